@@ -1,0 +1,1 @@
+"""The result model and its renderings (ConformanceReport YAML, HTML, JUnit, Allure)."""
