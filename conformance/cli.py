@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("gpuconf: interrupted", file=sys.stderr)
         return 130

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -154,7 +155,7 @@ def test_rbac_denies_a_client_without_rights(sandbox: Sandbox, namespace: str) -
     with pytest.raises(ApiException) as err:
         nobody.list_namespaced_pod(namespace)
     assert err.value.status == 403
-    assert f'User "{user}" cannot list resource "pods"' in err.value.body
+    assert f'User "{user}" cannot list resource "pods"' in json.loads(err.value.body)["message"]
     # The same user with a Role in this namespace: RBAC is evaluated, not everything refused.
     rbac = client.RbacAuthorizationV1Api(sandbox.api_client())
     rbac.create_namespaced_role(
