@@ -1,0 +1,229 @@
+"""The hook between a node's container runtime and its node agent.
+
+NVIDIA's GPU Fractioning Operator is an NRI plugin: before containerd creates a container it
+asks the plugin, which may adjust the container (environment, mounts) or refuse it; when a
+container stops the plugin is told. The sandbox's simulated kubelet (the node runtime) calls
+the reference agent the same way, so the agent under test is exercised through the same
+moments a real node gives it:
+
+- ``CreateContainer``: the Pod (as a dict) and a container name; the agent answers with an
+  ``Adjustment``: allowed or refused (with a kubelet-style waiting reason and a message), and
+  the environment to set, which overrides whatever the container set itself.
+- ``StopContainer``: the container ended (exit, deletion, eviction); release what it held.
+- ``Synchronize``: the runtime's running containers, sent when it (re)connects, so an agent
+  that restarted can re-adopt them (NRI does the same on plugin registration).
+
+The agent and the runtime are separate processes: the agent can be killed and restarted
+while containers keep running. The transport is one JSON request and one JSON reply per
+connection on a Unix socket: no session to lose when either side restarts. A runtime that
+cannot reach the agent gets ``AgentUnavailable`` and must not start a container unfenced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+# Kubelet's waiting reason for a container whose configuration cannot be applied.
+REASON_CONFIG_ERROR = "CreateContainerConfigError"
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    namespace: str
+    pod: str
+    pod_uid: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}[{self.container}]"
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """The agent's answer to CreateContainer."""
+
+    allowed: bool
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Set in the container's environment, overriding its own values for these names."""
+    reason: str = ""
+    """When refused: the container's waiting reason (``CreateContainerConfigError``)."""
+    message: str = ""
+    """When refused: why, naming the key and the rule; also the Event's message."""
+
+
+@dataclass(frozen=True)
+class RunningContainer:
+    ref: ContainerRef
+    pid: int
+
+
+class AgentUnavailable(Exception):
+    """The agent's hook socket does not answer; the runtime must not start the container unfenced."""
+
+
+class HookHandler(Protocol):
+    """What the agent implements."""
+
+    def create_container(self, pod: Mapping[str, Any], container: str) -> Adjustment: ...
+
+    def stop_container(self, ref: ContainerRef, exit_code: int | None) -> None: ...
+
+    def synchronize(self, running: list[RunningContainer]) -> None: ...
+
+
+# ---- runtime side ---------------------------------------------------------------------------
+
+
+class HookClient:
+    """The runtime's end: one call, one connection."""
+
+    def __init__(self, socket_path: str | Path, timeout: float = 10.0):
+        self.path = str(socket_path)
+        self.timeout = timeout
+
+    def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps(request).encode() + b"\n"
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(self.timeout)
+                sock.connect(self.path)
+                sock.sendall(data)
+                reply = _read_line(sock)
+        except (
+            FileNotFoundError,
+            ConnectionRefusedError,
+            ConnectionResetError,
+            TimeoutError,
+            OSError,
+        ) as exc:
+            raise AgentUnavailable(f"node agent hook {self.path} did not answer: {exc}") from None
+        if "error" in reply:
+            raise AgentUnavailable(f"node agent hook {self.path} failed: {reply['error']}")
+        return reply
+
+    def create_container(self, pod: Mapping[str, Any], container: str) -> Adjustment:
+        reply = self._call({"op": "CreateContainer", "pod": pod, "container": container})
+        return Adjustment(
+            allowed=bool(reply["allowed"]),
+            env=dict(reply.get("env") or {}),
+            reason=str(reply.get("reason", "")),
+            message=str(reply.get("message", "")),
+        )
+
+    def stop_container(self, ref: ContainerRef, exit_code: int | None) -> None:
+        self._call({"op": "StopContainer", "ref": asdict(ref), "exit_code": exit_code})
+
+    def synchronize(self, running: list[RunningContainer]) -> None:
+        self._call({"op": "Synchronize", "running": [{"ref": asdict(r.ref), "pid": r.pid} for r in running]})
+
+
+def _read_line(sock: socket.socket) -> dict[str, Any]:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+        if size > MAX_MESSAGE_BYTES:
+            raise ValueError(f"hook message larger than {MAX_MESSAGE_BYTES} bytes")
+    raw = b"".join(chunks)
+    if not raw:
+        raise ConnectionResetError("empty reply")
+    message = json.loads(raw)
+    if not isinstance(message, dict):
+        raise ValueError("hook message is not a JSON object")
+    return message
+
+
+# ---- agent side -----------------------------------------------------------------------------
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        try:
+            request = _read_line(self.connection)
+            reply = self.server.dispatch(request)
+        except Exception as exc:  # noqa: BLE001 - a bad request must never take the agent down
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            self.connection.sendall(json.dumps(reply).encode() + b"\n")
+        except OSError:
+            pass
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, handler: HookHandler):
+        self.handler = handler
+        super().__init__(path, _Handler)
+
+    def dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "CreateContainer":
+            pod, container = request.get("pod"), request.get("container")
+            if not isinstance(pod, dict) or not isinstance(container, str):
+                raise ValueError("CreateContainer needs 'pod' (object) and 'container' (string)")
+            adj = self.handler.create_container(pod, container)
+            return {
+                "allowed": adj.allowed,
+                "env": dict(adj.env),
+                "reason": adj.reason,
+                "message": adj.message,
+            }
+        if op == "StopContainer":
+            self.handler.stop_container(ContainerRef(**request["ref"]), request.get("exit_code"))
+            return {"ok": True}
+        if op == "Synchronize":
+            running = [RunningContainer(ContainerRef(**r["ref"]), int(r["pid"])) for r in request["running"]]
+            self.handler.synchronize(running)
+            return {"ok": True}
+        raise ValueError(f"unknown hook operation {op!r}")
+
+
+class HookServer:
+    """The agent's end: serves ``handler`` on a Unix socket (mode 0600) in a background thread."""
+
+    def __init__(self, socket_path: str | Path, handler: HookHandler):
+        self.path = str(socket_path)
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.unlink(self.path)  # a socket file left by a killed agent
+        except FileNotFoundError:
+            pass
+        self._server = _Server(self.path, handler)
+        os.chmod(self.path, 0o600)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hook", daemon=True)
+
+    def start(self) -> HookServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> HookServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
