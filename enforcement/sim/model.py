@@ -1,0 +1,671 @@
+"""The simulated GPUs of one node: memory ledger, limits, pressure, compute modes, fault domains.
+
+This is the device a simulated container talks to instead of CUDA, and the in-process API tests
+use directly; ``enforcement.sim.server`` puts it behind Unix sockets. It implements the memory
+semantics of CONTRACT.md §6 and the compute modes of §7 exactly, and nothing a real GPU would do
+besides (no fragmentation, no driver-reserved memory), so that a check that fails on the simulator
+fails because of what the scheduler or agent did, not because of simulator noise.
+
+Memory, per allocation of ``n`` bytes by a client on one of its GPUs:
+
+1. usage + n above the client's hard limit: out of memory (``hard-limit``), whatever the GPU holds;
+2. n fits in the GPU's free memory: granted. A client between guarantee and hard limit is
+   *borrowing*; it keeps what it borrowed while nobody needs it back;
+3. the GPU is full and usage + n stays within the client's guarantee: *pressure*. The device
+   records the client as waiting, names the eviction candidates (clients above their guarantee on
+   that GPU, largest overage first; never one within its guarantee) and refuses with a distinct
+   ``pressure`` error rather than blocking. The node agent's evictor reads the pressure over the
+   admin socket, evicts candidates through the Kubernetes Eviction API, the node runtime detaches
+   them, and the waiting client's retry succeeds. Refusing keeps one request = one reply, so a
+   client is never stuck in a call the evictor may never resolve, and a workload decides how long
+   to retry. Memory freed while a client waits is reserved for it: a borrower cannot take it first.
+   A wait lapses ``pressure_ttl_s`` after the client's last refused attempt, so a client that gave
+   up does not keep the evictor evicting. With no candidate at all the guarantees on the GPU add up
+   to more than it holds (an overcommitting scheduler): out of memory (``guarantee-unsatisfiable``);
+4. otherwise: out of memory (``device-full``).
+
+Compute: kernels of time-slicing clients take a per-GPU FIFO lock for their whole duration, so they
+run one at a time in arrival order; sm-sharing kernels run concurrently. A GPU never holds clients
+of both modes: attaching one of the other mode is refused, naming both. A fault is sticky, like
+CUDA's illegal-address error: in time-slicing it hits the faulting client only, in sm-sharing every
+client of that GPU (one shared MPS server, one fault domain); a kernel running at that moment fails.
+
+Ownership: a ``Context`` is one client connection, the analogue of a CUDA context. Its allocations
+are released when it closes, so a process that dies without freeing (its socket closed by the
+kernel) gives its memory back. Detaching a client (container stopped or evicted) releases all its
+contexts' memory; calls on them then fail with ``gone`` and the reason.
+
+One lock guards the ledger; a call holds it for microseconds. Kernels wait outside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from workloads.simwire import (
+    COMPUTE_MODES,
+    OOM_DEVICE_FULL,
+    OOM_GUARANTEE_UNSATISFIABLE,
+    OOM_HARD_LIMIT,
+    AllocReply,
+    BadRequestReply,
+    DeniedReply,
+    DeviceMemory,
+    FaultReply,
+    FreeReply,
+    GoneReply,
+    HelloReply,
+    KernelReply,
+    MemInfoReply,
+    MiB,
+    ModeConflictReply,
+    OomReply,
+    PressureReply,
+    TouchReply,
+    VisibleDevice,
+    error,
+)
+
+from .messages import (
+    DETACH_REASONS,
+    AttachReply,
+    ClientGpuState,
+    ClientSpec,
+    ClientState,
+    DetachReply,
+    EvictionCandidate,
+    GpuPressure,
+    GpuSpec,
+    GpuState,
+    PressureWaiter,
+    SnapshotReply,
+)
+
+# A kernel holds a server thread (and, in time-slicing, the GPU) for its duration; a typo of
+# seconds for milliseconds should not wedge a GPU for hours.
+MAX_KERNEL_SECONDS = 600.0
+DEFAULT_PRESSURE_TTL_S = 30.0
+
+
+def _bad(message: str) -> Exception:
+    return error(BadRequestReply(message=message))
+
+
+def _fmt_bytes(n: int) -> str:
+    if n % MiB == 0:
+        return f"{n // MiB} MiB"
+    return f"{n} bytes"
+
+
+class FairLock:
+    """A FIFO lock: waiters get it in arrival order, as time-slicing hands out turns.
+
+    ``threading.Lock`` makes no ordering promise; a client issuing kernels back to back could win
+    it again and again and starve its neighbour, which is not what time-slicing does.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self._held = False
+
+    def acquire(self) -> None:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            while self._held or self._queue[0] is not ticket:
+                self._cond.wait()
+            self._queue.popleft()
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+
+@dataclass(eq=False)
+class _Gpu:
+    spec: GpuSpec
+    capacity: int
+    used: int = 0
+    clients: dict[str, _ClientGpu] = field(default_factory=dict)  # client name -> its share of this GPU
+    waiters: dict[str, _Waiter] = field(default_factory=dict)  # client name -> its pressure wait
+    lock: FairLock = field(default_factory=FairLock)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+
+@dataclass(eq=False)
+class _ClientGpu:
+    client: _Client
+    ordinal: int
+    gpu: _Gpu
+    hard: int
+    guarantee: int
+    used: int = 0
+
+    @property
+    def overage(self) -> int:
+        return self.used - self.guarantee
+
+
+@dataclass(eq=False)
+class _Waiter:
+    share: _ClientGpu
+    needed: int
+    since: float
+    last: float
+
+
+@dataclass(eq=False)
+class _Client:
+    name: str
+    token: str
+    mode: str
+    labels: dict[str, str]
+    gpus: list[_ClientGpu]
+    attached_at: float
+    contexts: set[Context] = field(default_factory=set)
+    fault: FaultReply | None = None
+    gone: GoneReply | None = None
+    # Set on fault or detach: wakes this client's running kernel so it fails at once.
+    interrupt: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class _Allocation:
+    share: _ClientGpu
+    nbytes: int
+    touched: bool = False
+
+
+class Context:
+    """One open connection of a client: the analogue of a CUDA context, owner of its allocations."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, client: _Client, pid: int | None) -> None:
+        self.id = next(Context._ids)
+        self.pid = pid
+        self._client = client
+        self._allocations: dict[int, _Allocation] = {}
+        self._handles = itertools.count(1)
+        self.closed = False
+
+    @property
+    def client_name(self) -> str:
+        return self._client.name
+
+
+class SimNode:
+    """The simulated GPUs of one node and the clients attached to them. Thread-safe."""
+
+    def __init__(
+        self,
+        node: str,
+        gpus: Iterable[GpuSpec],
+        *,
+        pressure_ttl_s: float = DEFAULT_PRESSURE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.pressure_ttl_s = pressure_ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._gpus: list[_Gpu] = []
+        for spec in gpus:
+            if spec.memory_mib < 1:
+                raise ValueError(f"GPU {spec.index} of node {node}: memory must be at least 1 MiB")
+            if any(g.spec.index == spec.index or g.spec.uuid == spec.uuid for g in self._gpus):
+                raise ValueError(f"node {node}: GPU index {spec.index} or UUID {spec.uuid} given twice")
+            self._gpus.append(_Gpu(spec=spec, capacity=spec.memory_mib * MiB))
+        if not self._gpus:
+            raise ValueError(f"node {node} has no GPUs")
+        self._clients: dict[str, _Client] = {}
+        self._by_token: dict[str, _Client] = {}
+        self._tombstones: dict[str, GoneReply] = {}  # token -> why its client went
+
+    @property
+    def gpus(self) -> tuple[GpuSpec, ...]:
+        return tuple(g.spec for g in self._gpus)
+
+    # ---------------------------------------------------------------------------------------------
+    # Node-side (admin) operations
+
+    def attach(self, spec: ClientSpec) -> AttachReply:
+        """Attach a container; returns the token to inject into it."""
+        if not spec.name:
+            raise _bad("client name must not be empty")
+        if spec.mode not in COMPUTE_MODES:
+            raise _bad(
+                f"client {spec.name}: compute mode {spec.mode!r} is not one of {', '.join(COMPUTE_MODES)}"
+            )
+        if not spec.gpus:
+            raise _bad(f"client {spec.name}: no GPUs given")
+        for g in spec.gpus:
+            if g.guarantee_mib < 1 or g.hard_limit_mib < g.guarantee_mib:
+                raise _bad(
+                    f"client {spec.name}, GPU {g.gpu}: need 1 MiB <= guarantee ({g.guarantee_mib} MiB) "
+                    f"<= hard limit ({g.hard_limit_mib} MiB)"
+                )
+        with self._lock:
+            if spec.name in self._clients:
+                raise _bad(f"client {spec.name} is already attached on node {self.node}")
+            resolved = [self._resolve_gpu(spec.name, g.gpu) for g in spec.gpus]
+            if len({id(g) for g in resolved}) != len(resolved):
+                raise _bad(f"client {spec.name}: a GPU is listed twice")
+            for gpu in resolved:
+                for other in gpu.clients.values():
+                    if other.client.mode != spec.mode:
+                        raise error(
+                            ModeConflictReply(
+                                message=(
+                                    f"GPU {gpu.spec.uuid} (index {gpu.spec.index}) on node {self.node} holds "
+                                    f"{other.client.mode} client {other.client.name} and cannot take "
+                                    f"{spec.mode} client {spec.name}: time-slicing and sm-sharing never "
+                                    "share a GPU"
+                                ),
+                                uuid=gpu.spec.uuid,
+                                client=spec.name,
+                                mode=spec.mode,
+                                other_client=other.client.name,
+                                other_mode=other.client.mode,
+                            )
+                        )
+            token = secrets.token_hex(16)
+            client = _Client(
+                name=spec.name,
+                token=token,
+                mode=spec.mode,
+                labels=dict(spec.labels),
+                gpus=[],
+                attached_at=time.time(),
+            )
+            for ordinal, (g, gpu) in enumerate(zip(spec.gpus, resolved, strict=True)):
+                share = _ClientGpu(
+                    client=client,
+                    ordinal=ordinal,
+                    gpu=gpu,
+                    hard=g.hard_limit_mib * MiB,
+                    guarantee=g.guarantee_mib * MiB,
+                )
+                client.gpus.append(share)
+                gpu.clients[spec.name] = share
+            self._clients[spec.name] = client
+            self._by_token[token] = client
+            return AttachReply(client=spec.name, token=token)
+
+    def _resolve_gpu(self, client: str, ref: str) -> _Gpu:
+        for gpu in self._gpus:
+            if ref == gpu.spec.uuid or ref == str(gpu.spec.index):
+                return gpu
+        raise _bad(f"client {client}: node {self.node} has no GPU {ref!r}")
+
+    def detach(self, name: str, reason: str = "stopped") -> DetachReply:
+        """Detach a client (container stopped, or evicted) and release all of its memory."""
+        if reason not in DETACH_REASONS:
+            raise _bad(f"detach reason {reason!r} is not one of {', '.join(DETACH_REASONS)}")
+        with self._lock:
+            client = self._clients.pop(name, None)
+            if client is None:
+                raise _bad(f"no client {name} is attached on node {self.node}")
+            released = sum(s.used for s in client.gpus)
+            for share in client.gpus:
+                share.gpu.used -= share.used
+                share.used = 0
+                del share.gpu.clients[name]
+                share.gpu.waiters.pop(name, None)
+            for ctx in client.contexts:
+                ctx._allocations.clear()
+            gone = GoneReply(
+                message=f"client {name} was {'evicted' if reason == 'evicted' else 'detached'} from "
+                f"node {self.node}; its GPU memory was released",
+                reason=reason,
+            )
+            client.gone = gone
+            client.interrupt.set()
+            del self._by_token[client.token]
+            self._tombstones[client.token] = gone
+            return DetachReply(client=name, reason=reason, released_bytes=released)
+
+    def evict(self, name: str) -> DetachReply:
+        return self.detach(name, "evicted")
+
+    def snapshot(self) -> SnapshotReply:
+        """Everything a restarted agent needs to re-adopt the clients. Tokens are left out."""
+        with self._lock:
+            gpus = tuple(
+                GpuState(
+                    index=g.spec.index,
+                    uuid=g.spec.uuid,
+                    product=g.spec.product,
+                    capacity_bytes=g.capacity,
+                    used_bytes=g.used,
+                    free_bytes=g.free,
+                    guaranteed_bytes=sum(s.guarantee for s in g.clients.values()),
+                    mode=next((s.client.mode for s in g.clients.values()), None),
+                    clients=tuple(sorted(g.clients)),
+                )
+                for g in self._gpus
+            )
+            clients = tuple(
+                ClientState(
+                    name=c.name,
+                    mode=c.mode,
+                    labels=dict(c.labels),
+                    gpus=tuple(
+                        ClientGpuState(
+                            ordinal=s.ordinal,
+                            uuid=s.gpu.spec.uuid,
+                            hard_limit_bytes=s.hard,
+                            guarantee_bytes=s.guarantee,
+                            used_bytes=s.used,
+                        )
+                        for s in c.gpus
+                    ),
+                    attached_at=c.attached_at,
+                    contexts=len(c.contexts),
+                    pids=tuple(sorted({ctx.pid for ctx in c.contexts if ctx.pid})),
+                    faulted=c.fault is not None,
+                )
+                for c in sorted(self._clients.values(), key=lambda c: c.name)
+            )
+            return SnapshotReply(node=self.node, taken_at=time.time(), gpus=gpus, clients=clients)
+
+    def pressure(self) -> tuple[GpuPressure, ...]:
+        """Per GPU: is there real pressure, who waits, and whom the evictor may evict, in order."""
+        with self._lock:
+            now = self._clock()
+            out = []
+            for gpu in self._gpus:
+                waiters = self._active_waiters(gpu, now)
+                needed = sum(w.needed for w in waiters)
+                out.append(
+                    GpuPressure(
+                        index=gpu.spec.index,
+                        uuid=gpu.spec.uuid,
+                        under_pressure=bool(waiters) and needed > gpu.free,
+                        free_bytes=gpu.free,
+                        shortfall_bytes=max(0, needed - gpu.free),
+                        waiting=tuple(
+                            PressureWaiter(
+                                client=w.share.client.name, needed_bytes=w.needed, waiting_s=now - w.since
+                            )
+                            for w in waiters
+                        ),
+                        candidates=tuple(
+                            EvictionCandidate(
+                                client=s.client.name,
+                                used_bytes=s.used,
+                                guarantee_bytes=s.guarantee,
+                                overage_bytes=s.overage,
+                            )
+                            for s in self._candidates(gpu)
+                        ),
+                    )
+                )
+            return tuple(out)
+
+    # ---------------------------------------------------------------------------------------------
+    # Client operations
+
+    def open_context(self, token: str, pid: int | None = None) -> tuple[Context, HelloReply]:
+        """Bind a new connection to the client ``token`` names."""
+        with self._lock:
+            client = self._find_token(token)
+            ctx = Context(client, pid)
+            client.contexts.add(ctx)
+            hello = HelloReply(
+                client=client.name,
+                node=self.node,
+                mode=client.mode,
+                devices=tuple(
+                    VisibleDevice(
+                        ordinal=s.ordinal,
+                        uuid=s.gpu.spec.uuid,
+                        name=s.gpu.spec.product,
+                        total_bytes=s.hard,
+                        guarantee_bytes=s.guarantee,
+                    )
+                    for s in client.gpus
+                ),
+            )
+            return ctx, hello
+
+    def _find_token(self, token: str) -> _Client:
+        # Compare in constant time against each known token: a lookup by dict key would leak, through
+        # timing, how much of a guessed token is right. Nodes have tens of clients, not millions.
+        for known, client in self._by_token.items():
+            if hmac.compare_digest(known, token):
+                return client
+        for known, gone in self._tombstones.items():
+            if hmac.compare_digest(known, token):
+                raise error(gone)
+        raise error(DeniedReply(message=f"unknown client token for the simulated GPUs of node {self.node}"))
+
+    def close_context(self, ctx: Context) -> int:
+        """The connection closed (or its process died): release what it allocated. Returns bytes."""
+        with self._lock:
+            if ctx.closed:
+                return 0
+            ctx.closed = True
+            ctx._client.contexts.discard(ctx)
+            released = 0
+            for alloc in ctx._allocations.values():
+                alloc.share.used -= alloc.nbytes
+                alloc.share.gpu.used -= alloc.nbytes
+                released += alloc.nbytes
+            ctx._allocations.clear()
+            return released
+
+    def _usable(self, ctx: Context) -> _Client:
+        client = ctx._client
+        if ctx.closed:
+            raise _bad("this connection's context is closed")
+        if client.gone is not None:
+            raise error(client.gone)
+        if client.fault is not None:
+            raise error(client.fault)
+        return client
+
+    @staticmethod
+    def _share(client: _Client, device: int) -> _ClientGpu:
+        if not 0 <= device < len(client.gpus):
+            raise _bad(
+                f"device ordinal {device} is not visible to client {client.name} "
+                f"(it sees {len(client.gpus)} device(s): 0..{len(client.gpus) - 1})"
+            )
+        return client.gpus[device]
+
+    def alloc(self, ctx: Context, device: int, nbytes: int) -> AllocReply:
+        if nbytes < 1:
+            raise _bad(f"allocation size must be at least 1 byte, got {nbytes}")
+        with self._lock:
+            client = self._usable(ctx)
+            share = self._share(client, device)
+            gpu = share.gpu
+            if share.used + nbytes > share.hard:
+                raise self._oom(
+                    share, nbytes, OOM_HARD_LIMIT, f"would exceed its hard limit of {_fmt_bytes(share.hard)}"
+                )
+            within_guarantee = share.used + nbytes <= share.guarantee
+            available = gpu.free
+            if not within_guarantee:
+                # Borrowing: memory freed for clients waiting on their guarantee is theirs, not ours.
+                now = self._clock()
+                available -= sum(w.needed for w in self._active_waiters(gpu, now) if w.share is not share)
+            if nbytes > available:
+                if not within_guarantee:
+                    raise self._oom(
+                        share,
+                        nbytes,
+                        OOM_DEVICE_FULL,
+                        f"GPU has {_fmt_bytes(max(available, 0))} available and the client is beyond its "
+                        f"guarantee of {_fmt_bytes(share.guarantee)}",
+                    )
+                candidates = self._candidates(gpu)
+                if not candidates:
+                    raise self._oom(
+                        share,
+                        nbytes,
+                        OOM_GUARANTEE_UNSATISFIABLE,
+                        "the client is within its guarantee but the GPU is full and no client is above its "
+                        "guarantee: the guarantees on this GPU exceed its memory",
+                    )
+                now = self._clock()
+                waiter = gpu.waiters.get(client.name)
+                if waiter is None or now - waiter.last > self.pressure_ttl_s:
+                    gpu.waiters[client.name] = _Waiter(share=share, needed=nbytes, since=now, last=now)
+                else:  # a retry: refresh the wait, keep when it began
+                    waiter.needed, waiter.last = nbytes, now
+                names = tuple(s.client.name for s in candidates)
+                raise error(
+                    PressureReply(
+                        message=(
+                            f"simulated GPU {gpu.spec.uuid} is full: {_fmt_bytes(nbytes)} for {client.name} "
+                            f"(within its guarantee of {_fmt_bytes(share.guarantee)}) needs eviction of "
+                            f"clients above their guarantee: {', '.join(names)}"
+                        ),
+                        device=device,
+                        uuid=gpu.spec.uuid,
+                        requested_bytes=nbytes,
+                        used_bytes=share.used,
+                        guarantee_bytes=share.guarantee,
+                        shortfall_bytes=nbytes - gpu.free,
+                        candidates=names,
+                    )
+                )
+            handle = next(ctx._handles)
+            ctx._allocations[handle] = _Allocation(share=share, nbytes=nbytes)
+            share.used += nbytes
+            gpu.used += nbytes
+            gpu.waiters.pop(client.name, None)
+            return AllocReply(handle=handle, device=device, nbytes=nbytes, used_bytes=share.used)
+
+    def _oom(self, share: _ClientGpu, nbytes: int, reason: str, why: str) -> Exception:
+        return error(
+            OomReply(
+                message=(
+                    f"out of memory (simulated): {_fmt_bytes(nbytes)} on device {share.ordinal} for "
+                    f"{share.client.name} holding {_fmt_bytes(share.used)}: {why}"
+                ),
+                device=share.ordinal,
+                requested_bytes=nbytes,
+                used_bytes=share.used,
+                limit_bytes=share.hard,
+                reason=reason,
+            )
+        )
+
+    def _active_waiters(self, gpu: _Gpu, now: float) -> list[_Waiter]:
+        expired = [n for n, w in gpu.waiters.items() if now - w.last > self.pressure_ttl_s]
+        for name in expired:
+            del gpu.waiters[name]
+        # A waiter whose own usage has since grown past its guarantee is no longer owed anything.
+        return [w for w in gpu.waiters.values() if w.share.used + w.needed <= w.share.guarantee]
+
+    @staticmethod
+    def _candidates(gpu: _Gpu) -> list[_ClientGpu]:
+        over = [s for s in gpu.clients.values() if s.overage > 0]
+        over.sort(key=lambda s: (-s.overage, s.client.name))
+        return over
+
+    def free(self, ctx: Context, handle: int) -> FreeReply:
+        with self._lock:
+            self._usable(ctx)
+            alloc = ctx._allocations.pop(handle, None)
+            if alloc is None:
+                raise _bad(f"unknown allocation handle {handle} in this context")
+            alloc.share.used -= alloc.nbytes
+            alloc.share.gpu.used -= alloc.nbytes
+            return FreeReply(
+                handle=handle, device=alloc.share.ordinal, nbytes=alloc.nbytes, used_bytes=alloc.share.used
+            )
+
+    def touch(self, ctx: Context, handle: int) -> TouchReply:
+        with self._lock:
+            self._usable(ctx)
+            alloc = ctx._allocations.get(handle)
+            if alloc is None:
+                raise _bad(f"unknown allocation handle {handle} in this context")
+            alloc.touched = True
+            return TouchReply(handle=handle, nbytes=alloc.nbytes)
+
+    def meminfo(self, ctx: Context) -> MemInfoReply:
+        """What the NVML shim shows the container: total = its hard limit, used = its own usage."""
+        with self._lock:
+            client = self._usable(ctx)
+            return MemInfoReply(
+                devices=tuple(
+                    DeviceMemory(
+                        ordinal=s.ordinal,
+                        uuid=s.gpu.spec.uuid,
+                        name=s.gpu.spec.product,
+                        total_bytes=s.hard,
+                        used_bytes=s.used,
+                        free_bytes=max(0, s.hard - s.used),
+                    )
+                    for s in client.gpus
+                )
+            )
+
+    def kernel(self, ctx: Context, device: int, seconds: float) -> KernelReply:
+        """Keep the device busy for ``seconds``; time-slicing clients of a GPU take turns."""
+        if not 0 < seconds <= MAX_KERNEL_SECONDS:
+            raise _bad(f"kernel duration must be in (0, {MAX_KERNEL_SECONDS:g}] seconds, got {seconds}")
+        with self._lock:
+            client = self._usable(ctx)
+            share = self._share(client, device)
+        exclusive = client.mode == "time-slicing"
+        queued = time.time()
+        if exclusive:
+            share.gpu.lock.acquire()
+        try:
+            start = time.time()
+            interrupted = client.interrupt.is_set() or client.interrupt.wait(seconds)
+            end = time.time()
+        finally:
+            if exclusive:
+                share.gpu.lock.release()
+        if interrupted:
+            with self._lock:
+                self._usable(ctx)  # raises the fault or the detach that interrupted us
+        return KernelReply(device=device, start=start, end=end, waited_s=start - queued)
+
+    def fault(self, ctx: Context, device: int) -> FaultReply:
+        """Fault on purpose. Always raises ``SimFault``; the annotation names what it carries."""
+        with self._lock:
+            client = self._usable(ctx)
+            share = self._share(client, device)
+            gpu = share.gpu
+            if client.mode == "sm-sharing":
+                victims = list(gpu.clients.values())  # one MPS server per GPU: one fault domain
+                scope = f"; sm-sharing clients of a GPU share a fault domain, so all {len(victims)} failed"
+            else:
+                victims = [share]
+                scope = "; time-slicing isolates faults, neighbours are unaffected"
+            for victim in victims:
+                if victim.client.fault is None:
+                    victim.client.fault = FaultReply(
+                        message=(
+                            "simulated sticky device fault: an illegal memory access was encountered "
+                            f"(as cudaErrorIllegalAddress) on GPU {gpu.spec.uuid}, raised by a kernel of "
+                            f"{client.name}{scope}"
+                        ),
+                        device=victim.ordinal,
+                        uuid=gpu.spec.uuid,
+                        origin=client.name,
+                    )
+                victim.client.interrupt.set()
+            assert client.fault is not None
+            raise error(client.fault)

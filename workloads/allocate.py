@@ -1,0 +1,753 @@
+"""The allocation workload: run a plan of GPU memory and compute steps, report what happened.
+
+Run as a container's command::
+
+    python -m workloads.allocate --plan '{"steps": [{"op": "alloc", "bytes": "1Gi"}, {"op": "smi"}]}'
+    python -m workloads.allocate --plan @/plans/holder.json    # or the plan in env GPUCONF_PLAN
+
+It prints human progress lines on stdout (flushed, so ``kubectl logs`` follows along), then one
+result JSON of at most 4096 bytes, written to the termination-message path (``/dev/termination-log``,
+or ``GPUCONF_TERMINATION_PATH``, or ``--termination-path``) and echoed as the last stdout line. The
+exit code (``workloads.report.ExitCode``, listed by ``--help``) tells the verdict at a glance; the
+result tells the details: per step its outcome and measurements, and for an out-of-memory the size
+requested, what was held at that moment and the error type. An OOM is a result, never a crash.
+
+The workload imports nothing outside the standard library and its own package (CuPy only when the
+cupy backend runs), so the ``workloads`` directory alone is a complete program.
+
+Design: ``Runner`` executes parsed steps against a ``Backend`` and owns the decisions (expected or
+not, continue or stop, which exit code); step handlers measure and return records; backends only
+translate their errors. Signals are latched into an event rather than acted on in the handler,
+except the terminating ones no step waits for, which end the run with a result still written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, TextIO
+
+from .backends import (
+    BACKEND_NAMES,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    ClientGone,
+    DeviceFault,
+    OutOfMemory,
+    PressureRefused,
+    select_backend,
+)
+from .plan import (
+    AllocStep,
+    AllocUntilOomStep,
+    ComputeStep,
+    FaultStep,
+    FreeStep,
+    HeartbeatStep,
+    HoldStep,
+    MemInfoStep,
+    Plan,
+    PlanError,
+    SmiStep,
+    Step,
+    TouchStep,
+    Until,
+    parse_plan,
+)
+from .report import (
+    RESULT_SCHEMA,
+    ExitCode,
+    render_result,
+    termination_path,
+    write_termination_message,
+)
+
+PLAN_ENV = "GPUCONF_PLAN"
+SMI_COMMAND = (
+    "nvidia-smi",
+    "--query-gpu=index,uuid,memory.total,memory.used",
+    "--format=csv,noheader,nounits",
+)
+# Signals that end the run unless a step waits for them (then they are latched for that step).
+TERMINATING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+class Terminated(Exception):
+    def __init__(self, signame: str) -> None:
+        super().__init__(f"received {signame}")
+        self.signame = signame
+
+
+class StepError(Exception):
+    """A step could not do its job for a reason of its own (not a backend error)."""
+
+
+@dataclass
+class _Held:
+    label: str
+    device: int
+    handle: Any
+    nbytes: int
+
+
+@dataclass
+class _Failure:
+    code: ExitCode
+    error: dict[str, Any]
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n % (1 << 20) else f"{n >> 20} MiB"
+
+
+class Runner:
+    """Runs one plan on one backend; ``run()`` returns the exit code and the full result."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        backend: Backend,
+        out: TextIO = sys.stdout,
+        *,
+        poll_s: float = 0.02,
+        install_signal_handlers: bool = True,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.backend = backend
+        self._out = out
+        self._poll_s = poll_s
+        self._environ = os.environ if environ is None else environ
+        self._held: list[_Held] = []
+        self._signals: set[str] = set()  # latched awaited signals, consumed by the step awaiting them
+        self._signal_event = threading.Event()
+        self._install = install_signal_handlers
+        self._expected_oom = False
+        tag = "simulated GPU" if backend.simulated else backend.name
+        self._prefix = f"gpuconf-workload ({tag}):"
+        self._handlers: dict[type[Step], Callable[[Any], tuple[str, dict[str, Any]]]] = {
+            AllocStep: self._alloc,
+            AllocUntilOomStep: self._alloc_until_oom,
+            TouchStep: self._touch,
+            FreeStep: self._free,
+            HoldStep: self._hold,
+            HeartbeatStep: self._heartbeat,
+            MemInfoStep: self._meminfo,
+            SmiStep: self._smi,
+            ComputeStep: self._compute,
+            FaultStep: self._fault,
+        }
+
+    # ---- output
+
+    def say(self, text: str) -> None:
+        print(f"{self._prefix} {text}", file=self._out, flush=True)
+
+    # ---- signals
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if name in self.plan.awaited_signals:
+            self._signals.add(name)
+            self._signal_event.set()
+        elif name in TERMINATING_SIGNALS:
+            raise Terminated(name)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self._install or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        names = set(TERMINATING_SIGNALS) | set(self.plan.awaited_signals)
+        previous = {name: signal.signal(getattr(signal, name), self._on_signal) for name in names}
+
+        def restore() -> None:
+            for name, handler in previous.items():
+                signal.signal(getattr(signal, name), handler)
+
+        return restore
+
+    # ---- bookkeeping
+
+    def held_bytes(self, device: int | None = None) -> int:
+        return sum(h.nbytes for h in self._held if device is None or h.device == device)
+
+    def _select(self, label: str | None) -> list[_Held]:
+        return [h for h in self._held if label is None or h.label == label]
+
+    def _oom_record(self, exc: OutOfMemory, device: int) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "requested": exc.requested,
+            "held": self.held_bytes(device),
+            "held_total": self.held_bytes(),
+            "error_type": exc.error_type,
+            "message": str(exc),
+        }
+        if exc.reason:
+            record["reason"] = exc.reason
+        return record
+
+    @staticmethod
+    def _pressure_record(exc: PressureRefused) -> dict[str, Any]:
+        return {
+            "requested": exc.requested,
+            "shortfall": exc.shortfall,
+            "candidates": list(exc.candidates),
+            "message": str(exc),
+        }
+
+    # ---- the run
+
+    def run(self) -> tuple[ExitCode, dict[str, Any]]:
+        started = time.time()
+        result: dict[str, Any] = {
+            "gpuconf_workload": RESULT_SCHEMA,
+            "status": None,
+            "exit_code": None,
+            "simulated": self.backend.simulated,
+            "backend": self.backend.name,
+            "plan": self.plan.name,
+        }
+        records: list[dict[str, Any]] = []
+        failure: _Failure | None = None
+        restore = self._install_signals()
+        try:
+            try:
+                result.update(self.backend.describe())
+                result["devices"] = [
+                    {"i": d.ordinal, "uuid": d.uuid, "name": d.name, "total": d.total_bytes}
+                    for d in self.backend.devices()
+                ]
+                self.say(self._banner(result))
+            except BackendError as exc:
+                failure = self._failure_for(exc, -1, "start")
+            for index, step in enumerate(self.plan.steps if failure is None else ()):
+                record, failure = self._run_step(index, step)
+                records.append(record)
+                if failure is not None:
+                    break
+        except Terminated as exc:
+            failure = _Failure(ExitCode.TERMINATED, {"type": "terminated", "message": str(exc)})
+            self.say(f"terminated by {exc.signame}")
+        finally:
+            restore()
+        if failure is not None:
+            code = failure.code
+            result["error"] = failure.error
+        else:
+            code = ExitCode.EXPECTED_OOM if self._expected_oom else ExitCode.OK
+        result.update(
+            status=code.status,
+            exit_code=int(code),
+            steps_run=len(records),
+            steps_total=len(self.plan.steps),
+            held_bytes=self.held_bytes(),
+            started_at=round(started, 3),
+            wall_s=round(time.time() - started, 3),
+            steps=records,
+        )
+        return code, result
+
+    def _banner(self, result: dict[str, Any]) -> str:
+        devices = ", ".join(f"{d['i']}: {d['name']} {_mib(d['total'])}" for d in result["devices"])
+        where = ""
+        if self.backend.simulated:
+            where = f" SIMULATED device on node {result.get('node')}, client {result.get('client')},"
+            where += f" {result.get('mode')};"
+        return f"plan {self.plan.name!r}, {len(self.plan.steps)} step(s);{where} devices [{devices}]"
+
+    def _run_step(self, index: int, step: Step) -> tuple[dict[str, Any], _Failure | None]:
+        self.say(f"step {index + 1}/{len(self.plan.steps)}: {step.OP} ...")
+        t0 = time.monotonic()
+        try:
+            outcome, details = self._handlers[type(step)](step)
+            failure = self._judge(index, step, outcome, details)
+        except BackendError as exc:
+            outcome, details = self._outcome_of(exc), {"message": str(exc)}
+            failure = (
+                None
+                if step.expect == "any" and outcome == "error"
+                else self._failure_for(exc, index, step.OP)
+            )
+        except StepError as exc:
+            outcome, details = "error", {"message": str(exc)}
+            failure = (
+                None if step.expect == "any" else _Failure(ExitCode.ERROR, self._error(index, step.OP, exc))
+            )
+        except Terminated as exc:
+            # Recorded as this step's outcome: a check wants to see the hold that was cut short.
+            outcome, details = "terminated", {"held": self.held_bytes()}
+            failure = _Failure(ExitCode.TERMINATED, self._error(index, step.OP, exc, "terminated"))
+            self.say(f"terminated by {exc.signame}")
+        except Exception as exc:
+            # A bug or an environment problem: still a result with exit code 1, never a traceback exit.
+            outcome, details = "error", {"message": f"{type(exc).__name__}: {exc}"}
+            failure = _Failure(ExitCode.ERROR, self._error(index, step.OP, exc, type(exc).__name__))
+        record = {
+            "i": index,
+            "op": step.OP,
+            "outcome": outcome,
+            "ms": round((time.monotonic() - t0) * 1000, 2),
+        }
+        record.update(details)
+        verdict = "as expected" if failure is None else f"-> {failure.code.status}"
+        self.say(
+            f"step {index + 1}: {step.OP} {outcome} {verdict} ({record['ms']} ms){self._summary(details)}"
+        )
+        return record, failure
+
+    @staticmethod
+    def _summary(details: dict[str, Any]) -> str:
+        keys = ("bytes", "max_bytes", "held", "kernels", "beats", "ended_by", "message")
+        parts = [f"{k}={details[k]}" for k in keys if k in details]
+        return (": " + ", ".join(parts))[:400] if parts else ""
+
+    @staticmethod
+    def _outcome_of(exc: BackendError) -> str:
+        if isinstance(exc, DeviceFault):
+            return "fault"
+        if isinstance(exc, ClientGone):
+            return "gone"
+        if isinstance(exc, OutOfMemory):
+            return "oom"
+        if isinstance(exc, PressureRefused):
+            return "pressure"
+        return "error"
+
+    @staticmethod
+    def _error(index: int, op: str, exc: BaseException, error_type: str | None = None) -> dict[str, Any]:
+        return {
+            "step": index,
+            "op": op,
+            "type": error_type or getattr(exc, "error_type", type(exc).__name__),
+            "message": str(exc),
+        }
+
+    def _failure_for(self, exc: BackendError, index: int, op: str) -> _Failure:
+        error = self._error(index, op, exc)
+        if isinstance(exc, DeviceFault):
+            return _Failure(ExitCode.DEVICE_FAULT, error)
+        if isinstance(exc, ClientGone):
+            error["reason"] = exc.reason
+            return _Failure(ExitCode.CLIENT_GONE, error)
+        if isinstance(exc, OutOfMemory):
+            error.update(self._oom_record(exc, -1))
+            return _Failure(ExitCode.UNEXPECTED_OOM, error)
+        if isinstance(exc, PressureRefused):
+            return _Failure(ExitCode.PRESSURE, error)
+        if isinstance(exc, BackendUnavailable):
+            return _Failure(ExitCode.BACKEND_UNAVAILABLE, error)
+        return _Failure(ExitCode.ERROR, error)
+
+    def _judge(self, index: int, step: Step, outcome: str, details: dict[str, Any]) -> _Failure | None:
+        """Decide whether a step's outcome is what the plan expected; None if so."""
+        if outcome == "fault-injected":
+            return _Failure(ExitCode.FAULT_INJECTED, {"step": index, "op": step.OP, **details})
+        if outcome == step.expect or step.expect == "any":
+            if outcome == "oom" and step.expect == "oom":
+                self._expected_oom = True
+            return None
+        error = {"step": index, "op": step.OP, "expected": step.expect, "outcome": outcome}
+        if outcome == "oom":
+            return _Failure(ExitCode.UNEXPECTED_OOM, {**error, **details.get("oom", {})})
+        if outcome == "pressure":
+            return _Failure(ExitCode.PRESSURE, {**error, **details.get("pressure", {})})
+        return _Failure(ExitCode.EXPECTATION_NOT_MET, error)
+
+    # ---- steps: each returns (outcome, details)
+
+    def _alloc_once(self, step: AllocStep, size: int) -> tuple[Any, dict[str, Any] | None]:
+        """One allocation, retried while refused under pressure for up to the step's retry time."""
+        deadline = time.monotonic() + step.retry_on_pressure_s
+        attempts = 0
+        first: PressureRefused | None = None
+        while True:
+            attempts += 1
+            try:
+                handle = self.backend.alloc(step.device, size)
+            except PressureRefused as exc:
+                first = first or exc
+                if time.monotonic() + step.retry_interval_s > deadline:
+                    raise
+                self._sleep(step.retry_interval_s)
+                continue
+            if first is None:
+                return handle, None
+            self.say(f"allocation of {_mib(size)} granted after {attempts} attempts under pressure")
+            return handle, {
+                "attempts": attempts,
+                "candidates": list(first.candidates),
+                "shortfall": first.shortfall,
+            }
+
+    def _alloc(self, step: AllocStep) -> tuple[str, dict[str, Any]]:
+        done = pieces = 0
+        details: dict[str, Any] = {"device": step.device, "requested": step.nbytes}
+        while done < step.nbytes:
+            size = min(step.chunk, step.nbytes - done)
+            try:
+                handle, pressure = self._alloc_once(step, size)
+            except OutOfMemory as exc:
+                details.update(bytes=done, pieces=pieces, oom=self._oom_record(exc, step.device))
+                return "oom", details
+            except PressureRefused as exc:
+                details.update(bytes=done, pieces=pieces, pressure=self._pressure_record(exc))
+                return "pressure", details
+            if pressure is not None:
+                details["pressure_resolved"] = pressure
+            self._held.append(_Held(step.label, step.device, handle, size))
+            done += size
+            pieces += 1
+        details.update(bytes=done, pieces=pieces, held=self.held_bytes(step.device))
+        return "ok", details
+
+    def _alloc_until_oom(self, step: AllocUntilOomStep) -> tuple[str, dict[str, Any]]:
+        gran = step.granularity
+        chunk = gran
+        total = allocs = failures = 0
+        growing = True
+        last: BackendError | None = None
+        stopped_by = "oom"
+        while True:
+            if step.limit is not None and total + chunk > step.limit:
+                chunk = (step.limit - total) // gran * gran
+                growing = False
+                if chunk < gran:
+                    stopped_by = "limit"
+                    break
+            try:
+                handle = self.backend.alloc(step.device, chunk)
+            except (OutOfMemory, PressureRefused) as exc:
+                failures += 1
+                last = exc
+                if chunk == gran:
+                    stopped_by = "oom" if isinstance(exc, OutOfMemory) else "pressure"
+                    break
+                # Halve, and never grow again: what is left is now known to be less than this chunk.
+                chunk = max(gran, chunk // 2 // gran * gran)
+                growing = False
+                continue
+            allocs += 1
+            total += chunk
+            self._held.append(_Held(step.label, step.device, handle, chunk))
+            if growing:
+                chunk *= 2
+        details: dict[str, Any] = {
+            "device": step.device,
+            "max_bytes": total,
+            "granularity": gran,
+            "allocs": allocs,
+            "failures": failures,
+            "stopped_by": stopped_by,
+        }
+        if isinstance(last, OutOfMemory) and stopped_by == "oom":
+            details["oom"] = self._oom_record(last, step.device)
+            details["oom"]["requested"] = gran
+        elif isinstance(last, PressureRefused) and stopped_by == "pressure":
+            details["pressure"] = self._pressure_record(last)
+        return "ok", details
+
+    def _touch(self, step: TouchStep) -> tuple[str, dict[str, Any]]:
+        chosen = self._select(step.label)
+        for h in chosen:
+            self.backend.touch(h.handle)
+        return "ok", {"bytes": sum(h.nbytes for h in chosen), "pieces": len(chosen)}
+
+    def _free(self, step: FreeStep) -> tuple[str, dict[str, Any]]:
+        chosen = self._select(step.label)
+        freed = 0
+        for h in chosen:
+            self.backend.free(h.handle)
+            self._held.remove(h)  # drop our reference: with CuPy, that is what releases the memory
+            freed += h.nbytes
+        return "ok", {"bytes": freed, "held": self.held_bytes()}
+
+    def _sleep(self, seconds: float) -> None:
+        # Wakes early for a latched signal; the caller re-checks its own conditions.
+        self._signal_event.wait(max(0.0, seconds))
+
+    def _until_reached(self, until: Until, started: float, beats: int) -> str | None:
+        if until.signal and until.signal in self._signals:
+            self._signals.discard(until.signal)
+            return "signal"
+        if until.file and os.path.exists(until.file):
+            return "file"
+        if until.count and beats >= until.count:
+            return "count"
+        if until.seconds is not None and time.monotonic() - started >= until.seconds:
+            return "seconds"
+        return None
+
+    def _next_wait(self, until: Until, started: float, cap: float) -> float:
+        wait = cap
+        if until.file:
+            wait = min(wait, self._poll_s)
+        if until.seconds is not None:
+            wait = min(wait, max(0.0, started + until.seconds - time.monotonic()))
+        return wait
+
+    def _hold(self, step: HoldStep) -> tuple[str, dict[str, Any]]:
+        started = time.monotonic()
+        self.say(f"holding {_mib(self.held_bytes())} until {self._describe_until(step.until)}")
+        while (ended_by := self._until_reached(step.until, started, 0)) is None:
+            self._signal_event.clear()
+            if (ended_by := self._until_reached(step.until, started, 0)) is not None:
+                break
+            self._sleep(self._next_wait(step.until, started, 1.0))
+        return "ok", {
+            "ended_by": ended_by,
+            "held": self.held_bytes(),
+            "s": round(time.monotonic() - started, 3),
+        }
+
+    @staticmethod
+    def _describe_until(until: Until) -> str:
+        parts = []
+        if until.seconds is not None:
+            parts.append(f"{until.seconds:g}s passed")
+        if until.file:
+            parts.append(f"{until.file} exists")
+        if until.signal:
+            parts.append(f"{until.signal} arrives")
+        if until.count:
+            parts.append(f"{until.count} beats")
+        return " or ".join(parts)
+
+    def _heartbeat(self, step: HeartbeatStep) -> tuple[str, dict[str, Any]]:
+        started = time.monotonic()
+        beats = 0
+        last = started
+        max_gap = 0.0
+        while True:
+            mem = self.backend.meminfo()  # proves the device still answers; a fault or eviction ends here
+            now = time.monotonic()
+            beats += 1
+            max_gap = max(max_gap, now - last) if beats > 1 else 0.0
+            last = now
+            used = ", ".join(f"{m.ordinal}:{_mib(m.used_bytes)}" for m in mem)
+            held = _mib(self.held_bytes())
+            self.say(f"heartbeat {beats} at {now - started:.2f}s, held {held}, device used [{used}]")
+            next_beat = started + beats * step.interval_s
+            while (ended_by := self._until_reached(step.until, started, beats)) is None:
+                self._signal_event.clear()
+                left = next_beat - time.monotonic()
+                if left <= 0:
+                    break
+                self._sleep(self._next_wait(step.until, started, left))
+            if ended_by is not None:
+                break
+        return "ok", {
+            "beats": beats,
+            "ended_by": ended_by,
+            "max_gap_s": round(max_gap, 3),
+            "s": round(time.monotonic() - started, 3),
+        }
+
+    def _meminfo(self, step: MemInfoStep) -> tuple[str, dict[str, Any]]:
+        mem = self.backend.meminfo()
+        devices = [
+            {"i": m.ordinal, "total": m.total_bytes, "used": m.used_bytes, "free": m.free_bytes} for m in mem
+        ]
+        for d in devices:
+            self.say(
+                f"device {d['i']}: total {_mib(d['total'])}, used {_mib(d['used'])}, free {_mib(d['free'])}"
+            )
+        return "ok", {"devices": devices, "held": self.held_bytes()}
+
+    def _smi(self, step: SmiStep) -> tuple[str, dict[str, Any]]:
+        path = shutil.which(SMI_COMMAND[0], path=self._environ.get("PATH"))
+        if path is None:
+            raise StepError("nvidia-smi is not on PATH")
+        try:
+            proc = subprocess.run(
+                [path, *SMI_COMMAND[1:]],
+                capture_output=True,
+                text=True,
+                timeout=step.timeout_s,
+                env=dict(self._environ),
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StepError(f"nvidia-smi failed to run: {exc}") from None
+        if proc.returncode != 0:
+            raise StepError(
+                f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:300]}"
+            )
+        gpus = []
+        for line in proc.stdout.splitlines():
+            if not line.strip():
+                continue
+            cells = [c.strip() for c in line.split(",")]
+            try:
+                index, uuid, total, used = cells
+                gpus.append(
+                    {"index": int(index), "uuid": uuid, "total_mib": int(total), "used_mib": int(used)}
+                )
+            except ValueError:
+                raise StepError(f"unexpected nvidia-smi line: {line[:200]!r}") from None
+        for g in gpus:
+            self.say(f"nvidia-smi: GPU {g['index']} {g['uuid']} {g['used_mib']} MiB / {g['total_mib']} MiB")
+        return "ok", {"gpus": gpus, "command": " ".join(SMI_COMMAND)}
+
+    def _compute(self, step: ComputeStep) -> tuple[str, dict[str, Any]]:
+        spans = []
+        work = 0.0
+        started = time.monotonic()
+        while time.monotonic() - started < step.seconds:
+            span = self.backend.kernel(step.device, step.kernel_s, step.matrix)
+            spans.append(span)
+            work += span.work
+        wall = time.monotonic() - started
+        t0 = spans[0].start if spans else time.time()
+        busy = sum(s.end - s.start for s in spans)
+        self.say(f"compute: {len(spans)} kernels in {wall:.2f}s, busy {busy:.2f}s")
+        return "ok", {
+            "device": step.device,
+            "kernels": len(spans),
+            "wall_s": round(wall, 4),
+            "busy_s": round(busy, 4),
+            "kernels_per_s": round(len(spans) / wall, 3) if wall > 0 else 0.0,
+            "work_unit": self.backend.work_unit,
+            "work_per_s": round(work / wall, 3) if wall > 0 else 0.0,
+            # Wall-clock epoch of the first kernel, then each kernel's [start, end] in ms after it:
+            # spans of neighbours compare on the same clock to measure overlap.
+            "t0": round(t0, 6),
+            "spans_ms": [[round((s.start - t0) * 1000, 2), round((s.end - t0) * 1000, 2)] for s in spans],
+        }
+
+    def _fault(self, step: FaultStep) -> tuple[str, dict[str, Any]]:
+        message = self.backend.fault(step.device)
+        self.say(f"device fault injected on device {step.device}: {message}")
+        return "fault-injected", {"device": step.device, "message": message}
+
+
+# ---- command line
+
+
+def _epilog() -> str:
+    lines = ["exit codes:"]
+    for code in ExitCode:
+        lines.append(f"  {int(code):>3}  {code.status}")
+    lines.append("")
+    lines.append("see workloads/README.md for the plan format and the result JSON")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m workloads.allocate",
+        description="gpuconf allocation workload: run a plan of GPU memory/compute steps and report.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--plan", help=f"plan JSON, or @FILE; default: env {PLAN_ENV}")
+    p.add_argument("--backend", choices=BACKEND_NAMES, default="auto")
+    p.add_argument(
+        "--termination-path", help="where to write the result (default: env or /dev/termination-log)"
+    )
+    p.add_argument("--full-result", help="also write the untruncated result JSON to this file")
+    return p
+
+
+def _load_plan(arg: str | None, environ: Mapping[str, str]) -> Plan:
+    text = arg if arg is not None else environ.get(PLAN_ENV)
+    if not text:
+        raise PlanError(f"no plan: pass --plan JSON|@FILE or set {PLAN_ENV}")
+    if text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise PlanError(f"cannot read plan file {text[1:]}: {exc}") from None
+    return parse_plan(text)
+
+
+@contextlib.contextmanager
+def _termination_deferred() -> Iterator[None]:
+    """Ignore terminating signals while the result is written: the process is about to end anyway,
+    and a SIGTERM landing here must not cost the termination message."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {name: signal.signal(getattr(signal, name), signal.SIG_IGN) for name in TERMINATING_SIGNALS}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def _finish(
+    code: ExitCode, result: dict[str, Any], args: argparse.Namespace, environ: Mapping[str, str], out: TextIO
+) -> int:
+    with _termination_deferred():
+        return _write_result(code, result, args, environ, out)
+
+
+def _write_result(
+    code: ExitCode, result: dict[str, Any], args: argparse.Namespace, environ: Mapping[str, str], out: TextIO
+) -> int:
+    if args.full_result:
+        try:
+            with open(args.full_result, "w", encoding="utf-8") as f:
+                json.dump(result, f, indent=1, default=str)
+        except OSError as exc:
+            print(f"gpuconf-workload: cannot write full result: {exc}", file=sys.stderr)
+    text = render_result(result)
+    problem = write_termination_message(termination_path(args.termination_path, environ), text)
+    if problem:
+        print(f"gpuconf-workload: {problem}", file=sys.stderr)
+    print(text, file=out, flush=True)
+    return int(code)
+
+
+def main(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None, out: TextIO | None = None
+) -> int:
+    env = os.environ if environ is None else environ
+    stream = sys.stdout if out is None else out
+    args = build_parser().parse_args(argv)
+    bare: dict[str, Any] = {"gpuconf_workload": RESULT_SCHEMA, "simulated": None, "backend": args.backend}
+    try:
+        plan = _load_plan(args.plan, env)
+    except PlanError as exc:
+        print(f"gpuconf-workload: plan error: {exc}", file=sys.stderr)
+        error = {"type": "plan-error", "message": str(exc)}
+        return _finish(
+            ExitCode.PLAN_ERROR, {**bare, **_verdict(ExitCode.PLAN_ERROR), "error": error}, args, env, stream
+        )
+    bare["plan"] = plan.name
+    try:
+        backend = select_backend(args.backend, env)
+    except BackendUnavailable as exc:
+        print(f"gpuconf-workload: {exc}", file=sys.stderr)
+        code = ExitCode.BACKEND_UNAVAILABLE
+        return _finish(
+            code,
+            {**bare, **_verdict(code), "error": {"type": exc.error_type, "message": str(exc)}},
+            args,
+            env,
+            stream,
+        )
+    try:
+        code, result = Runner(plan, backend, stream, environ=env).run()
+    finally:
+        backend.close()
+    return _finish(code, result, args, env, stream)
+
+
+def _verdict(code: ExitCode) -> dict[str, Any]:
+    return {"status": code.status, "exit_code": int(code)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

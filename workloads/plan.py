@@ -1,0 +1,411 @@
+"""The allocation workload's plan: what to do, step by step, parsed strictly into frozen dataclasses.
+
+A plan is JSON, ``{"name": "...", "steps": [{"op": "alloc", "bytes": "1Gi"}, ...]}`` or just the
+list of steps. It is written by the conformance checks, so every mistake in it is a bug in a check:
+unknown ops, unknown keys (``"byte"`` for ``"bytes"``), wrong types and impossible values are all
+refused up front with the path of the offending value, before the workload touches a GPU, and the
+workload exits with its plan-error code instead of running half a plan.
+
+Sizes are byte counts or Kubernetes-style quantities (``"512Mi"``, ``"1Gi"``, ``"1G"``).
+
+Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``hold``, ``free``, ``meminfo``,
+``smi``, ``compute``, ``fault``, ``heartbeat``. Every step takes ``expect``: ``ok`` (the default) or
+``any`` (record a failure and go on); ``alloc`` also takes ``oom`` and ``pressure``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar
+
+MiB = 1 << 20
+
+_UNITS = {
+    "": 1,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
+
+SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+EXPECT_ANY_STEP = ("ok", "any")
+EXPECT_ALLOC = ("ok", "oom", "pressure", "any")
+
+
+class PlanError(ValueError):
+    """The plan cannot be run as written; the message names where."""
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """A byte count: a non-negative integer or a quantity string (``1Gi``, ``512Mi``, ``1G``)."""
+    if isinstance(value, bool):
+        raise PlanError(f"{where}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise PlanError(f"{where}: size must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        m = _QUANTITY.match(value)
+        if m:
+            try:
+                return int(Decimal(m.group(1)) * _UNITS[m.group(2) or ""])
+            except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+                pass
+    raise PlanError(f"{where}: {value!r} is not a size (bytes, or a quantity such as 512Mi, 1Gi, 1G)")
+
+
+class _Fields:
+    """One step's raw mapping, read key by key; ``done()`` refuses whatever was not read."""
+
+    def __init__(self, raw: Mapping[str, Any], where: str) -> None:
+        self._raw = raw
+        self._seen = {"op"}
+        self.where = where
+
+    def _get(self, key: str) -> Any:
+        self._seen.add(key)
+        return self._raw.get(key)
+
+    def size(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        value = self._get(key)
+        if value is None:
+            if default is None:
+                raise PlanError(f"{self.where}.{key}: required")
+            return default
+        n = parse_bytes(value, f"{self.where}.{key}")
+        if n < minimum:
+            raise PlanError(f"{self.where}.{key}: must be at least {minimum} bytes, got {n}")
+        return n
+
+    def optional_size(self, key: str) -> int | None:
+        return None if self._raw.get(key) is None else self.size(key)
+
+    def integer(self, key: str, default: int, minimum: int = 0) -> int:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise PlanError(f"{self.where}.{key}: expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def seconds(self, key: str, default: float | None, minimum: float = 0.0) -> float | None:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+            raise PlanError(f"{self.where}.{key}: expected a number of seconds >= {minimum:g}, got {value!r}")
+        return float(value)
+
+    def text(
+        self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None
+    ) -> str | None:
+        value = self._get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or (choices is not None and value not in choices):
+            allowed = f" (one of {', '.join(choices)})" if choices else ""
+            raise PlanError(f"{self.where}.{key}: expected a string{allowed}, got {value!r}")
+        return value
+
+    def expect(self, choices: tuple[str, ...] = EXPECT_ANY_STEP) -> str:
+        value = self.text("expect", "ok", choices)
+        assert value is not None
+        return value
+
+    def until(self, *, required: bool) -> Until:
+        until = Until(
+            seconds=self.seconds("seconds", None),
+            file=self.text("until_file"),
+            signal=self.text("until_signal", None, SIGNALS),
+            count=self.integer("count", 0, 0) or None,
+        )
+        if (
+            required
+            and until.seconds is None
+            and until.file is None
+            and until.signal is None
+            and not until.count
+        ):
+            raise PlanError(f"{self.where}: give at least one of seconds, until_file, until_signal, count")
+        return until
+
+    def done(self) -> None:
+        unknown = sorted(set(self._raw) - self._seen)
+        if unknown:
+            raise PlanError(f"{self.where}: unknown key(s) {', '.join(unknown)}")
+
+
+@dataclass(frozen=True)
+class Until:
+    """When a hold or a heartbeat ends: whichever of its conditions happens first."""
+
+    seconds: float | None = None
+    file: str | None = None  # ends once this path exists
+    signal: str | None = None  # ends once this signal arrives (also if it arrived earlier)
+    count: int | None = None  # heartbeats only: after this many beats
+
+
+@dataclass(frozen=True)
+class AllocStep:
+    """Allocate ``nbytes`` in pieces of ``chunk`` (default: one piece); keep it under ``label``."""
+
+    OP: ClassVar[str] = "alloc"
+    nbytes: int
+    chunk: int
+    device: int = 0
+    label: str = ""
+    expect: str = "ok"
+    retry_on_pressure_s: float = 0.0  # keep retrying a pressure refusal this long (evictions take time)
+    retry_interval_s: float = 0.2
+
+    @classmethod
+    def parse(cls, f: _Fields) -> AllocStep:
+        nbytes = f.size("bytes")
+        return cls(
+            nbytes=nbytes,
+            chunk=min(f.size("chunk", nbytes), nbytes),
+            device=f.integer("device", 0),
+            label=f.text("label", "") or "",
+            expect=f.expect(EXPECT_ALLOC),
+            retry_on_pressure_s=f.seconds("retry_on_pressure", 0.0) or 0.0,
+            retry_interval_s=f.seconds("retry_interval", 0.2, 0.001) or 0.2,
+        )
+
+
+@dataclass(frozen=True)
+class AllocUntilOomStep:
+    """Find the most this client can allocate on a device, to ``granularity``; keep it allocated.
+
+    Grows the piece size by doubling from ``granularity`` until an allocation fails, then halves it
+    down to ``granularity``, never growing again: at most about 2·log2(max/granularity) calls (80 GiB
+    at 1 MiB: 35), where one granule at a time would take 81,920. ``limit`` caps the total tried.
+    """
+
+    OP: ClassVar[str] = "alloc-until-oom"
+    granularity: int = MiB
+    device: int = 0
+    limit: int | None = None
+    label: str = ""
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> AllocUntilOomStep:
+        return cls(
+            granularity=f.size("granularity", MiB),
+            device=f.integer("device", 0),
+            limit=f.optional_size("limit"),
+            label=f.text("label", "") or "",
+            expect=f.expect(),
+        )
+
+
+@dataclass(frozen=True)
+class TouchStep:
+    """Write every byte of the held memory (all of it, or one label's) so it is really resident."""
+
+    OP: ClassVar[str] = "touch"
+    label: str | None = None
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> TouchStep:
+        return cls(label=f.text("label"), expect=f.expect())
+
+
+@dataclass(frozen=True)
+class FreeStep:
+    OP: ClassVar[str] = "free"
+    label: str | None = None  # None: everything held
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> FreeStep:
+        return cls(label=f.text("label"), expect=f.expect())
+
+
+@dataclass(frozen=True)
+class HoldStep:
+    """Keep what is held until ``until`` says stop."""
+
+    OP: ClassVar[str] = "hold"
+    until: Until
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> HoldStep:
+        until = f.until(required=True)
+        if until.count:
+            raise PlanError(f"{f.where}.count: only heartbeat counts beats")
+        return cls(until=until, expect=f.expect())
+
+
+@dataclass(frozen=True)
+class HeartbeatStep:
+    """A progress line every ``interval_s``, each proving the device still answers, until ``until``."""
+
+    OP: ClassVar[str] = "heartbeat"
+    until: Until
+    interval_s: float = 1.0
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> HeartbeatStep:
+        return cls(
+            until=f.until(required=True),
+            interval_s=f.seconds("interval", 1.0, 0.001) or 1.0,
+            expect=f.expect(),
+        )
+
+
+@dataclass(frozen=True)
+class MemInfoStep:
+    OP: ClassVar[str] = "meminfo"
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> MemInfoStep:
+        return cls(expect=f.expect())
+
+
+@dataclass(frozen=True)
+class SmiStep:
+    """Run ``nvidia-smi --query-gpu=index,uuid,memory.total,memory.used`` and record what it says."""
+
+    OP: ClassVar[str] = "smi"
+    timeout_s: float = 30.0
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> SmiStep:
+        return cls(timeout_s=f.seconds("timeout", 30.0, 0.1) or 30.0, expect=f.expect())
+
+
+@dataclass(frozen=True)
+class ComputeStep:
+    """Run busy kernels back to back for ``seconds``; record each kernel's start and end."""
+
+    OP: ClassVar[str] = "compute"
+    seconds: float
+    device: int = 0
+    kernel_s: float = 0.05  # sim: each kernel's duration; cupy: ignored (one matmul per kernel)
+    matrix: int = 4096  # cupy: n of the n×n float32 matmul each kernel runs
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> ComputeStep:
+        seconds = f.seconds("seconds", None, 0.001)
+        if seconds is None:
+            raise PlanError(f"{f.where}.seconds: required")
+        kernel_ms = f.seconds("kernel_ms", 50.0, 0.1)
+        assert kernel_ms is not None
+        return cls(
+            seconds=seconds,
+            device=f.integer("device", 0),
+            kernel_s=kernel_ms / 1000.0,
+            matrix=f.integer("matrix", 4096, 16),
+            expect=f.expect(),
+        )
+
+
+@dataclass(frozen=True)
+class FaultStep:
+    """Fault the device on purpose (an illegal-address kernel). The context is lost: the plan ends."""
+
+    OP: ClassVar[str] = "fault"
+    device: int = 0
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> FaultStep:
+        return cls(device=f.integer("device", 0), expect=f.expect(("ok",)))
+
+
+Step = (
+    AllocStep
+    | AllocUntilOomStep
+    | TouchStep
+    | FreeStep
+    | HoldStep
+    | HeartbeatStep
+    | MemInfoStep
+    | SmiStep
+    | ComputeStep
+    | FaultStep
+)
+STEP_TYPES: tuple[type[Step], ...] = (
+    AllocStep,
+    AllocUntilOomStep,
+    TouchStep,
+    HoldStep,
+    FreeStep,
+    MemInfoStep,
+    SmiStep,
+    ComputeStep,
+    FaultStep,
+    HeartbeatStep,
+)
+_BY_OP: dict[str, type[Step]] = {t.OP: t for t in STEP_TYPES}
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    steps: tuple[Step, ...]
+
+    @property
+    def awaited_signals(self) -> frozenset[str]:
+        """Signals some step waits for: these are latched, not treated as a request to terminate."""
+        out = set()
+        for step in self.steps:
+            until = getattr(step, "until", None)
+            if until is not None and until.signal:
+                out.add(until.signal)
+        return frozenset(out)
+
+
+def parse_plan(raw: str | bytes | Mapping[str, Any] | list[Any]) -> Plan:
+    """A plan from JSON text, or from the already-decoded object."""
+    data: Any = raw
+    if isinstance(raw, str | bytes):
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise PlanError(f"plan is not JSON: {exc}") from None
+    name = "plan"
+    if isinstance(data, Mapping):
+        unknown = sorted(set(data) - {"name", "steps"})
+        if unknown:
+            raise PlanError(f"plan: unknown key(s) {', '.join(unknown)}")
+        name = data.get("name", name)
+        if not isinstance(name, str):
+            raise PlanError(f"plan.name: expected a string, got {name!r}")
+        data = data.get("steps")
+    if not isinstance(data, list) or not data:
+        raise PlanError("plan: steps must be a non-empty list")
+    steps = []
+    for i, raw_step in enumerate(data):
+        where = f"steps[{i}]"
+        if not isinstance(raw_step, Mapping):
+            raise PlanError(f"{where}: expected an object with an op")
+        op = raw_step.get("op")
+        cls = _BY_OP.get(op) if isinstance(op, str) else None
+        if cls is None:
+            raise PlanError(f"{where}.op: {op!r} is not one of {', '.join(_BY_OP)}")
+        fields = _Fields(raw_step, f"{where}({op})")
+        step = cls.parse(fields)
+        fields.done()
+        steps.append(step)
+    return Plan(name=name, steps=tuple(steps))
