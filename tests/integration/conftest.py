@@ -1,14 +1,16 @@
 """The sandbox the integration tests share: started once per pytest run, stopped at its end.
 
-It lives in a fixed per-user folder (not a pytest tmp dir) so that a run killed before its
-teardown leaves a record: the next run stops those processes by pid before starting
-afresh. Ports are picked free at start, so a user's own sandbox on the default ports is
-left alone.
+It lives in a per-user folder named after the pytest process (not a pytest tmp dir, which
+is pruned) so that a run killed before its teardown leaves a record: the next run finds
+folders whose process is gone and stops their sandboxes by pid. Runs that are alive are
+left alone, so two pytest runs on one machine do not stop each other's sandbox. Ports are
+picked free at start, so a user's own sandbox on the default ports is untouched too.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +21,27 @@ from fixtures.sandbox.binaries import cache_root
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 
 
-def sandbox_state_dir(name: str = "session") -> Path:
-    base = os.environ.get("GPUCONF_TEST_SANDBOX_DIR") or str(cache_root() / "test-sandbox")
-    return Path(base) / name
+def sandbox_root() -> Path:
+    return Path(os.environ.get("GPUCONF_TEST_SANDBOX_DIR") or str(cache_root() / "test-sandbox"))
+
+
+def clean_abandoned_sandboxes(root: Path) -> None:
+    """Stop the sandboxes of earlier pytest runs that died before their teardown."""
+    if not root.is_dir():
+        return
+    for folder in root.iterdir():
+        owner = folder.name.removeprefix("run-")
+        if folder.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            Sandbox(SandboxConfig(state_dir=folder)).down()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[Sandbox]:
-    box = Sandbox(SandboxConfig(state_dir=sandbox_state_dir(), ports=Ports.free()))
-    box.down()  # whatever a killed earlier run left behind
+    root = sandbox_root()
+    clean_abandoned_sandboxes(root)
+    box = Sandbox(SandboxConfig(state_dir=root / f"run-{os.getpid()}", ports=Ports.free()))
+    box.down()
     box.up(log=lambda m: print(m, flush=True))
     try:
         yield box

@@ -63,6 +63,7 @@ def test_nodes_are_labelled_like_gpu_feature_discovery(sandbox: Sandbox) -> None
         conditions = {c.type: c.status for c in node.status.conditions}
         assert conditions["Ready"] == "True"
         assert conditions[CONDITION_FRACTIONING_READY] == "True"
+        assert not node.spec.taints, "a scheduler would see the node as not ready"
         uuids = node.metadata.annotations[ANNOTATION_GPU_UUIDS].split(",")
         assert uuids == [gpu_uuid(name, i) for i in range(4)]
     assert not set(nodes["gpu-a-0"].metadata.annotations[ANNOTATION_GPU_UUIDS].split(",")) & set(

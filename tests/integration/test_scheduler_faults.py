@@ -1,0 +1,183 @@
+"""Each seeded fault really happens on the real API server: the wrong annotation, the wrong GPU.
+
+The mutation run trusts that ``--fault NAME`` breaks its rule; these tests are that trust's
+evidence. One scheduler per fault runs for the module (started together, so the module pays
+one start-up), each with its own name; every test sends its Pods to one of them and judges the
+bound Pod with the contract module, as the suite will.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from scheduler_helpers import (
+    Pods,
+    SchedulerProcess,
+    bound_fraction_pods,
+    node_condition,
+    node_uuids,
+    nv,
+    running_schedulers,
+    unique,
+)
+
+from enforcement.contract import audit_gpus, audit_pod
+from fixtures.sandbox.controlplane import Sandbox
+from fixtures.scheduler.faults import FAULTS
+
+pytestmark = pytest.mark.sandbox
+
+RUN = unique("it-fault")
+
+
+@pytest.fixture(scope="module")
+def schedulers(
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, SchedulerProcess]]:
+    specs = {f"{RUN}-{fault}": ("--fault", fault) for fault in FAULTS}
+    with running_schedulers(sandbox, tmp_path_factory.mktemp("faults"), specs) as procs:
+        yield {name.removeprefix(f"{RUN}-"): proc for name, proc in procs.items()}
+
+
+@pytest.fixture
+def cluster(sandbox: Sandbox, namespace: str, schedulers: dict[str, SchedulerProcess]) -> Iterator[Pods]:
+    core = sandbox.core_v1()
+    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
+    made = Pods(core, namespace, "unset")
+    try:
+        yield made
+    finally:
+        made.delete_all()
+
+
+@pytest.fixture(scope="module")
+def gpu(sandbox: Sandbox) -> dict[str, list[str]]:
+    core = sandbox.core_v1()
+    return {n: node_uuids(core, n) for n in ("gpu-a-0", "gpu-a-1")}
+
+
+def under(cluster: Pods, fault: str) -> Pods:
+    cluster.scheduler = f"{RUN}-{fault}"
+    return cluster
+
+
+def node_of(sandbox: Sandbox, name: str) -> dict[str, Any]:
+    return json.loads(sandbox.core_v1().read_node(name, _preload_content=False).data)
+
+
+def rules(sandbox: Sandbox, pod: dict[str, Any]) -> list[str]:
+    return [v.rule for v in audit_pod(pod, node_of(sandbox, pod["spec"]["nodeName"]))]
+
+
+def gpu_rules(sandbox: Sandbox, pods: list[dict[str, Any]]) -> list[str]:
+    nodes = [node_of(sandbox, n) for n in ("gpu-a-0", "gpu-a-1")]
+    return [v.rule for v in audit_gpus(pods, nodes)]
+
+
+def devices(pod: dict[str, Any]) -> str:
+    return pod["metadata"]["annotations"][nv("main", "gpus.devices")]
+
+
+def test_overcommit(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "overcommit")
+    pods.create("a", {"gpu-memory": "100000"})
+    a = pods.bound("a")
+    pods.create("b", {"gpu-memory": "100000"})
+    b = pods.bound("b")
+    assert (b["spec"]["nodeName"], devices(b)) == (a["spec"]["nodeName"], devices(a))
+    assert gpu_rules(sandbox, [a, b]) == ["gpu-overcommit"]
+
+
+def test_mix_modes(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mix-modes")
+    pods.create("ts", {"gpu-memory": "1000"})
+    ts = pods.bound("ts")
+    pods.create("sm", {"gpu-memory": "1000", nv("main", "gpu-compute.mode"): "sm-sharing"})
+    sm = pods.bound("sm")
+    assert devices(sm) == devices(ts)
+    assert gpu_rules(sandbox, [ts, sm]) == ["mode-mixing"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "missing", "found"),
+    [
+        ("omit-limit", "gpu-memory.limit", ["limit-missing"]),
+        ("omit-devices", "gpus.devices", ["devices-missing"]),
+        ("omit-request", "gpu-memory.request", []),  # a limit alone stands for the request
+    ],
+)
+def test_omitted_annotation(
+    cluster: Pods, sandbox: Sandbox, fault: str, missing: str, found: list[str]
+) -> None:
+    pods = under(cluster, fault)
+    pods.create("p", {"gpu-memory": "4096", "gpu-memory.limit": "8Gi"})
+    pod = pods.bound("p")
+    written = pod["metadata"]["annotations"]
+    assert nv("main", missing) not in written
+    others = {"gpu-memory.request", "gpu-memory.limit", "gpu-compute.mode", "gpus.devices"} - {missing}
+    assert all(nv("main", s) in written for s in others)
+    assert rules(sandbox, pod) == found
+
+
+@pytest.mark.parametrize(("asked", "got"), [(1, 2), (3, 2)])
+def test_wrong_device_count(cluster: Pods, sandbox: Sandbox, asked: int, got: int) -> None:
+    pods = under(cluster, "wrong-device-count")
+    pods.create("p", {"gpu-memory": "1000", "gpu-fraction-num-devices": str(asked)})
+    pod = pods.bound("p")
+    assert len(devices(pod).split(",")) == got
+    assert rules(sandbox, pod) == ["devices-count"]
+
+
+def test_request_gt_limit(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "request-gt-limit")
+    pods.create("p", {"gpu-memory": "4096"})
+    pod = pods.bound("p")
+    written = pod["metadata"]["annotations"]
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "4096Mi",
+        "2048Mi",
+    )
+    assert "request-exceeds-limit" in rules(sandbox, pod)
+
+
+def test_wrong_container_name(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "wrong-container-name")
+    pods.create("p", {"gpu-fraction": "0.25"})
+    pod = pods.bound("p")
+    written = pod["metadata"]["annotations"]
+    assert not any(k.startswith("nvidia.com/container.main.") for k in written)
+    assert written[nv("main-x", "gpu-memory.request")] == "35942Mi"
+    assert "unknown-container" in rules(sandbox, pod)
+
+
+def test_trust_pod_devices(cluster: Pods, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "trust-pod-devices")
+    own = gpu["gpu-a-1"][3]
+    pods.create("p", {"gpu-memory": "1000", nv("main", "gpus.devices"): own})
+    pod = pods.bound("p")
+    assert (pod["spec"]["nodeName"], devices(pod)) == ("gpu-a-1", own)
+    assert pods.events("p", "UntrustedDevices") == []
+
+
+def test_ignore_node_ready(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "ignore-node-ready")
+    with node_condition(sandbox.core_v1(), "gpu-a-1", "gpu-fractioning.nvidia.com/Ready", "False"):
+        pods.create("p", {"gpu-fraction": "0.5"})
+        assert pods.bound("p")["spec"]["nodeName"] == "gpu-a-1"
+
+
+def test_devices_not_on_node(cluster: Pods, sandbox: Sandbox, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "devices-not-on-node")
+    pods.create("p", {"gpu-memory": "1000"})
+    pod = pods.bound("p")
+    assert pod["spec"]["nodeName"] == "gpu-a-0"
+    assert devices(pod) == gpu["gpu-a-1"][0]
+    assert rules(sandbox, pod) == ["devices-unknown"]
+
+
+def test_every_fault_is_shown_here() -> None:
+    source = open(__file__).read()
+    assert [name for name in FAULTS if f'"{name}"' not in source] == []

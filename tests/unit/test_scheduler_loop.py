@@ -1,0 +1,245 @@
+"""The watcher and the worker against scripted API replies: the paths a live cluster rarely takes.
+
+A watch that ends, a 410 Gone (as an ERROR event or as the reply to the watch call), a dropped
+connection; and a bind that fails after the annotations were patched. Each is scripted on a fake
+``CoreV1Api`` that answers with raw JSON as the real client does with ``_preload_content=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
+from fixtures.sandbox.errors import SandboxError
+from fixtures.scheduler.loop import Scheduler, Settings
+from fixtures.scheduler.watching import Changed, Listed, Watcher
+
+
+class Reply:
+    """What the client returns with ``_preload_content=False``: ``.data``, or a stream of lines."""
+
+    def __init__(self, data: Any = None, lines: list[dict[str, Any]] | None = None) -> None:
+        self.data = json.dumps(data).encode() if data is not None else b""
+        self._lines = lines or []
+
+    def stream(self, amt: Any = None, decode_content: bool = True) -> Iterator[bytes]:
+        for line in self._lines:
+            encoded = json.dumps(line).encode() + b"\n"
+            yield encoded[:5]  # split across chunks, as a network would
+            yield encoded[5:]
+
+    def release_conn(self) -> None:
+        pass
+
+
+def obj(name: str, version: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": name, "resourceVersion": version}}
+
+
+class ScriptedList:
+    """A ``list_*`` function: lists answer from ``lists``, watches play ``watches`` in order."""
+
+    def __init__(self, lists: list[Any], watches: list[Any], stop: threading.Event) -> None:
+        self.lists, self.watches, self.stop = lists, watches, stop
+        self.watched_from: list[str] = []
+
+    def __call__(self, **kwargs: Any) -> Reply:
+        if not kwargs.get("watch"):
+            return Reply(self.lists.pop(0))
+        self.watched_from.append(kwargs["resource_version"])
+        if not self.watches:
+            self.stop.set()
+            return Reply(lines=[])
+        step = self.watches.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return Reply(lines=step)
+
+
+def run_watcher(fn: ScriptedList, stop: threading.Event) -> list[Any]:
+    seen: queue.Queue[Any] = queue.Queue()
+    watcher = Watcher("pods", fn, seen.put, stop, "10", log=lambda _m: None)
+    watcher.start()
+    watcher.join(10)
+    assert not watcher.is_alive()
+    return [seen.get_nowait() for _ in range(seen.qsize())]
+
+
+def test_a_watch_that_ends_resumes_from_the_last_version_bookmarks_included() -> None:
+    stop = threading.Event()
+    fn = ScriptedList(
+        [],
+        [
+            [{"type": "ADDED", "object": obj("a", "11")}, {"type": "BOOKMARK", "object": obj("", "15")}],
+            [{"type": "DELETED", "object": obj("a", "16")}],
+        ],
+        stop,
+    )
+    events = run_watcher(fn, stop)
+    assert [(e.type, e.obj["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("DELETED", "a")]
+    assert fn.watched_from == ["10", "15", "16"]
+
+
+@pytest.mark.parametrize("gone", ["event", "reply"])
+def test_410_gone_relists_and_hands_over_the_whole_list(gone: str) -> None:
+    stop = threading.Event()
+    first: Any = (
+        [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]
+        if gone == "event"
+        else ApiException(status=410, reason="Gone")
+    )
+    listed = {"metadata": {"resourceVersion": "40"}, "items": [obj("b", "33")]}
+    fn = ScriptedList([listed], [first, [{"type": "MODIFIED", "object": obj("b", "41")}]], stop)
+    events = run_watcher(fn, stop)
+    assert isinstance(events[0], Listed) and events[0].resource_version == "40"
+    assert [i["metadata"]["name"] for i in events[0].items] == ["b"]
+    assert isinstance(events[1], Changed) and events[1].type == "MODIFIED"
+    assert fn.watched_from == ["10", "40", "41"]
+
+
+def test_a_dropped_connection_resumes_without_a_relist() -> None:
+    stop = threading.Event()
+    fn = ScriptedList(
+        [], [ConnectionResetError("peer went away"), [{"type": "ADDED", "object": obj("c", "12")}]], stop
+    )
+    events = run_watcher(fn, stop)
+    assert [type(e) for e in events] == [Changed]
+    assert fn.watched_from == ["10", "10", "12"]
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+NODE = {
+    "metadata": {
+        "name": "n0",
+        "labels": {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "1000"},
+        "annotations": {"gpuconf.io/gpu-uuids": "GPU-0"},
+    },
+    "status": {
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "gpu-fractioning.nvidia.com/Ready", "status": "True"},
+        ]
+    },
+}
+
+
+def pending(name: str, memory: str = "600") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {"gpu-memory": memory},
+        },
+        "spec": {"schedulerName": "s", "containers": [{"name": "main"}]},
+    }
+
+
+class FakeCore:
+    """Records every write; the bind answers with ``bind_error`` if set."""
+
+    def __init__(self, bind_error: Exception | None = None, bound_after_error: str = "") -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.binds: list[tuple[str, str]] = []
+        self.status: list[str] = []
+        self.bind_error = bind_error
+        self.bound_after_error = bound_after_error
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> Reply:
+        self.patches.append((name, body["metadata"]["annotations"]))
+        return Reply({})
+
+    def create_namespaced_pod_binding(
+        self, name: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> Reply:
+        if self.bind_error is not None:
+            raise self.bind_error
+        self.binds.append((name, body["target"]["name"]))
+        return Reply({})
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Reply:
+        pod = pending(name)
+        pod["spec"]["nodeName"] = self.bound_after_error
+        return Reply(pod)
+
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> Reply:
+        self.status.append(body["status"]["conditions"][0]["message"])
+        return Reply({})
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> Reply:
+        return Reply({})
+
+
+def worker(core: FakeCore, *pods: dict[str, Any], binders: int = 0) -> Scheduler:
+    settings = Settings(name="s", scheduled_events=False, binders=binders)
+    scheduler = Scheduler(core, settings, log=lambda _m: None)
+    scheduler._apply(Listed("nodes", (NODE,), "1"))
+    scheduler._apply(Listed("pods", pods, "2"))
+    return scheduler
+
+
+def run_once(scheduler: Scheduler) -> None:
+    while scheduler._dirty:
+        uid = scheduler._pop()
+        if uid is not None:
+            scheduler._schedule(uid)
+    if scheduler._binders is not None:
+        scheduler._binders.shutdown(wait=True)
+        scheduler._drain(block=False)
+
+
+def test_the_assumed_ledger_keeps_two_quick_pods_off_the_same_memory() -> None:
+    core = FakeCore()
+    scheduler = worker(core, pending("a"), pending("b"))
+    run_once(scheduler)  # no watch event arrives in between: only the assumed entry knows about "a"
+    assert core.binds == [("a", "n0")]
+    assert scheduler.reasons["uid-b"].code == "insufficient-memory"
+    assert core.status == ["no GPU with 600 MiB free: the largest free is 400 MiB (GPU GPU-0 of node n0)"]
+
+
+def test_binder_threads_bind_what_the_worker_decided_in_order() -> None:
+    core = FakeCore()
+    scheduler = worker(core, pending("a", "400"), pending("b", "400"), pending("c", "400"), binders=2)
+    run_once(scheduler)
+    assert sorted(core.binds) == [("a", "n0"), ("b", "n0")]
+    assert scheduler.reasons["uid-c"].code == "insufficient-memory"  # a and b were assumed before c
+    assert scheduler._binding == {}
+
+
+@pytest.mark.parametrize("binders", [0, 2])
+def test_a_failed_bind_rolls_the_annotations_back(binders: int) -> None:
+    core = FakeCore(bind_error=ApiException(status=409, reason="Conflict"))
+    scheduler = worker(core, pending("a"), binders=binders)
+    run_once(scheduler)
+    (first, placed), (second, undo) = core.patches
+    assert first == second == "a"
+    assert placed["nvidia.com/container.main.gpus.devices"] == "GPU-0"
+    assert undo == {key: None for key in placed}  # the Pod had none of these keys before
+    assert scheduler.ledger.gpus() == {} and "uid-a" in scheduler.pending
+    assert scheduler._later == {"uid-a"}, "tried again at the next retry tick, not at once"
+
+
+def test_a_bind_whose_reply_was_lost_counts_as_bound() -> None:
+    core = FakeCore(bind_error=ConnectionResetError("reply lost"), bound_after_error="n0")
+    scheduler = worker(core, pending("a"))
+    run_once(scheduler)
+    assert len(core.patches) == 1
+    assert scheduler.ledger.gpus() == {("n0", "GPU-0"): 600} and "uid-a" not in scheduler.pending
+
+
+def test_a_bad_spec_fails_before_anything_starts(tmp_path: Path) -> None:
+    box = Sandbox(SandboxConfig(state_dir=tmp_path / "sb", schedulers=("reference", "reference:bogus")))
+    with pytest.raises(SandboxError, match=r"--scheduler 'reference:bogus': unknown fault 'bogus'"):
+        box.up(log=lambda _m: None)
+    assert not (tmp_path / "sb").exists()
