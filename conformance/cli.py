@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fixtures.sandbox.cli",  # gpuconf sandbox up|down|status|kubeconfig
     "conformance.run",  # gpuconf run: the conformance suite
     "conformance.lint",  # gpuconf lint, gpuconf checklist
+    "conformance.probe",  # gpuconf probe: node-level checks without Kubernetes
 )
 
 

@@ -639,12 +639,15 @@ def read_placement(pod: Mapping[str, Any]) -> tuple[dict[str, Fraction], list[Vi
     keys naming a container the Pod lacks are reported and yield nothing (the real agent ignores
     them); a container with any malformed key yields no ``Fraction`` (fail closed). The Pod is
     judged as a placement whether or not ``spec.nodeName`` is set, so ``devices-missing`` and
-    ``limit-missing`` are reported here too.
+    ``limit-missing`` are reported here too. The device *count* is not judged here: the real
+    agent never reads the author's ``gpu-fraction-num-devices`` and fences however many devices
+    it is given, so a wrong count is the scheduler's failure (``audit_pod`` reports it), not a
+    reason for the node to refuse the container.
     """
     parsed = _read_pod(pod)
     fractions = {c: f for c, keys in sorted(parsed.keys.items()) if (f := _fraction(c, keys)) is not None}
     fractional = [c for c, keys in parsed.keys.items() if keys.has_memory]
-    _placement_rules(parsed, fractional, _num_devices(parsed.annotations))
+    _placement_rules(parsed, fractional, None)
     _mode_only(parsed, None)
     return fractions, parsed.found
 

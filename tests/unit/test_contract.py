@@ -543,6 +543,15 @@ def test_placement_rules(pod_: dict[str, Any], expected: set[Finding]) -> None:
     assert found(audit_pod(pod_)) == expected
 
 
+def test_node_side_reading_does_not_judge_the_device_count() -> None:
+    # The real agent fences the devices it is given; the count is the scheduler's duty (audit_pod).
+    two = pod(placed(devices="0,1"), node="n")
+    fractions, violations = read_placement(two)
+    assert fractions["app"].devices == ("0", "1")
+    assert "devices-count" not in {v.rule for v in violations}
+    assert "devices-count" in {v.rule for v in audit_pod(two)}
+
+
 def test_unbound_pod_is_not_judged_as_a_placement() -> None:
     # the same annotations without nodeName: a request, so no devices-missing / limit-missing
     assert found(audit_pod(pod({nv("app", REQ): "4Gi"}))) == set()

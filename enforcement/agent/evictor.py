@@ -1,0 +1,212 @@
+"""The soft-limit evictor: keeps every GPU's guarantees by evicting borrowers under pressure.
+
+CONTRACT.md §6: usage above the request (the guarantee) is the pressure zone; such a client is an
+eviction candidate and is evicted only under real memory pressure, and a client within its
+guarantee never is. The backend measures pressure (``Backend.pressure``); this module decides
+and acts:
+
+- ``choose_victims`` is pure: per GPU under pressure, candidates in order of overage (largest
+  first), skipping any whose overage is not positive, until the memory they hold covers the
+  shortfall; plus, on any GPU, clients above their *hard* limit (possible only where the backend
+  could not apply it). Evicting a client frees all it holds on that GPU, so its whole usage
+  counts toward the shortfall, not only its overage.
+- ``Evictor`` polls every ``evict_interval_s`` (100 ms by default; the target is a reaction
+  within 1 s), evicts the victim's Pod through the **Eviction API** (so the Pod is deleted with
+  its disruption budget honoured, and the runtime stops it), then reclaims its memory in the
+  backend at once: the guaranteed client is waiting now, the kubelet's grace period is not its
+  problem. An Event on the evicted Pod names the GPU, the usage, the guarantee and whom it was
+  evicted for. A refused eviction (429: a PodDisruptionBudget) is reported and retried after
+  ``eviction_retry_s``; meanwhile the next candidate is considered.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from enforcement.agent import kube as k
+from enforcement.agent.handler import AgentCore
+from enforcement.backends import MIB, BackendUnavailable, GpuPressure
+
+
+@dataclass(frozen=True)
+class Victim:
+    client: str
+    gpu: str
+    reason: Literal["pressure", "hard-limit"]
+    used_bytes: int
+    guarantee_bytes: int
+    hard_limit_bytes: int
+    for_clients: tuple[str, ...]
+    """The clients within their guarantee that need the memory."""
+
+
+def choose_victims(
+    pressures: Iterable[GpuPressure], skip: Iterable[str] = (), *, evict_guaranteed: bool = False
+) -> list[Victim]:
+    """Whom to evict now (see the module docstring). ``skip``: clients not to choose this round.
+
+    ``evict_guaranteed`` is the seeded fault of the same name: it picks the waiting clients.
+    """
+    skipped = set(skip)
+    chosen: list[Victim] = []
+    taken: set[str] = set()
+    for p in pressures:
+        for c in p.over_limit:
+            if c.client not in skipped and c.client not in taken:
+                taken.add(c.client)
+                chosen.append(
+                    Victim(
+                        c.client,
+                        p.uuid,
+                        "hard-limit",
+                        c.used_bytes,
+                        c.guarantee_bytes,
+                        c.hard_limit_bytes,
+                        (),
+                    )
+                )
+        if not p.under_pressure:
+            continue
+        if evict_guaranteed:
+            for name in p.waiting:
+                if name not in skipped and name not in taken:
+                    taken.add(name)
+                    chosen.append(Victim(name, p.uuid, "pressure", 0, 0, 0, p.waiting))
+            continue
+        need = p.shortfall_bytes
+        for c in sorted(p.candidates, key=lambda c: (-c.overage_bytes, c.client)):
+            if need <= 0:
+                break
+            if c.overage_bytes <= 0 or c.client in skipped:
+                continue  # never a client within its guarantee
+            if c.client in taken:  # already chosen on another GPU: its memory here goes too
+                need -= c.used_bytes
+                continue
+            taken.add(c.client)
+            chosen.append(
+                Victim(
+                    c.client,
+                    p.uuid,
+                    "pressure",
+                    c.used_bytes,
+                    c.guarantee_bytes,
+                    c.hard_limit_bytes,
+                    p.waiting,
+                )
+            )
+            need -= c.used_bytes
+    return chosen
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.0f} MiB" if n % MIB == 0 or n >= 10 * MIB else f"{n} bytes"
+
+
+class Evictor:
+    """The polling loop around ``choose_victims`` (see the module docstring)."""
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+        self._retry_at: dict[str, float] = {}
+        self._pressure_since: dict[str, float] = {}
+        self._unknown_logged: set[str] = set()
+
+    def run(self, stop: threading.Event) -> None:
+        interval = self.core.options.evict_interval_s
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # noqa: BLE001 - one bad round must not end eviction for good
+                self.core.log(f"evictor: {type(exc).__name__}: {exc}")
+            stop.wait(interval)
+
+    def run_once(self) -> list[Victim]:
+        """One round: read pressure, evict; returns who was evicted."""
+        core = self.core
+        if core.options.has("no-eviction"):
+            return []
+        try:
+            pressures = core.backend.pressure()
+        except BackendUnavailable:
+            return []
+        now = time.monotonic()
+        for p in pressures:
+            if p.under_pressure:
+                self._pressure_since.setdefault(p.uuid, now)
+            else:
+                self._pressure_since.pop(p.uuid, None)
+        skip = {c for c, at in self._retry_at.items() if at > now}
+        victims = choose_victims(pressures, skip, evict_guaranteed=core.options.has("evict-guaranteed"))
+        done: list[Victim] = []
+        waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
+        for victim in victims:
+            if self._evict(victim, waited.get(victim.gpu, 0.0)):
+                done.append(victim)
+        return done
+
+    def _evict(self, victim: Victim, waited_s: float) -> bool:
+        core = self.core
+        tracked = core.registry.get(victim.client)
+        if tracked is None:
+            if victim.client not in self._unknown_logged:
+                self._unknown_logged.add(victim.client)
+                core.log(
+                    f"evictor: {victim.client} is a candidate but not a container this agent fences; "
+                    "left alone"
+                )
+            return False
+        ref = tracked.ref
+        try:
+            outcome = core.kube.evict(ref)
+        except k.KubeError as exc:
+            core.metrics.inc("gpu_fractioning_agent_eviction_failures_total")
+            self._retry_at[victim.client] = time.monotonic() + core.options.eviction_retry_s
+            core.log(f"evictor: could not evict Pod {ref.namespace}/{ref.pod}: {exc}")
+            return False
+        if outcome == "blocked":
+            core.metrics.inc("gpu_fractioning_agent_eviction_failures_total")
+            self._retry_at[victim.client] = time.monotonic() + core.options.eviction_retry_s
+            core.kube.event(
+                ref,
+                k.WARNING,
+                k.REASON_EVICTION_BLOCKED,
+                f"GPU {victim.gpu} of node {core.node} is under memory pressure and this Pod borrows beyond "
+                "its guarantee, but the Eviction API refused to evict it (a PodDisruptionBudget); retrying",
+            )
+            return False
+        # Evicted (or already gone): reclaim every client of the Pod now, not after its grace period.
+        for other in core.registry.by_pod(ref.pod_uid):
+            core.registry.remove(other.client)
+            core._detach(other.client, "evicted")
+        self._retry_at.pop(victim.client, None)
+        core.metrics.inc("gpu_fractioning_agent_evictions_total", reason=victim.reason)
+        core.metrics.set("gpu_fractioning_agent_last_eviction_reaction_seconds", round(waited_s, 4))
+        if outcome == "evicted":
+            core.kube.event(ref, k.WARNING, k.REASON_EVICTED, self._message(victim))
+        core.log(
+            f"evicted Pod {ref.namespace}/{ref.pod} ({victim.reason}, GPU {victim.gpu}, {waited_s:.3f} s)"
+        )
+        return True
+
+    def _message(self, victim: Victim) -> str:
+        core = self.core
+        if victim.reason == "hard-limit":
+            return (
+                f"evicted: uses {_mib(victim.used_bytes)} on GPU {victim.gpu} of node {core.node}, above "
+                f"its hard limit of {_mib(victim.hard_limit_bytes)} (the backend could not apply the limit)"
+            )
+        owed = []
+        for name in victim.for_clients:
+            t = core.registry.get(name)
+            owed.append(f"Pod {t.ref.namespace}/{t.ref.pod}" if t is not None else name)
+        needed_by = ", ".join(owed) or "a client within its guarantee"
+        return (
+            f"evicted under GPU memory pressure on GPU {victim.gpu} of node {core.node}: it used "
+            f"{_mib(victim.used_bytes)}, {_mib(max(0, victim.used_bytes - victim.guarantee_bytes))} "
+            f"above its guarantee of {_mib(victim.guarantee_bytes)} (borrowed memory is reclaimed under "
+            f"pressure, largest overage first); needed by {needed_by}"
+        )

@@ -1,0 +1,324 @@
+"""The agent's few Kubernetes calls, behind one Protocol: evict, record an Event, set the node condition.
+
+The agent's logic (admission, eviction, recovery) is unit-tested and run by ``gpuconf probe``
+without any cluster, so it speaks to ``Kube``, not to the client library. ``KubeClient`` is the
+real one (the official ``kubernetes`` client; each call is one the agent's ClusterRole grants,
+see ``rbac``); ``RecordingKube`` keeps Events and evictions in memory for tests and the probe.
+
+Event reasons (all ``Warning``; the runtime records none for the agent's refusals):
+
+| reason | when |
+|---|---|
+| ``GPUFractionRejected`` | fail-closed refusal of a malformed contract; the message names key and rule |
+| ``GPUFractionUnfenced`` | fail-open start of a container whose contract is malformed |
+| ``GPUModeConflict`` | the container's compute mode conflicts with its GPU's; names both Pods' modes |
+| ``GPUBackendUnavailable`` | the GPU backend could not be reached; the container is not started |
+| ``GPUFractionEvicted`` | evicted under GPU memory pressure (or above its hard limit) |
+| ``GPUFractionEvictionBlocked`` | the Eviction API refused (a PodDisruptionBudget) |
+| ``GPUFenceLost`` | the backend lost a running container's client (device restarted) |
+
+Events are aggregated like the kubelet's recorder: a repeat (same Pod, container, reason and
+message) raises ``count`` on the first Event instead of creating another. Recording is best
+effort and queued: an Event is never worth failing a container for, nor worth making the runtime
+wait for its answer while the API server is slow.
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol
+
+from enforcement.hook import ContainerRef
+
+COMPONENT: Final = "gpuconf-node-agent"
+CONDITION_TYPE: Final = "gpu-fractioning.nvidia.com/Ready"
+
+REASON_REJECTED: Final = "GPUFractionRejected"
+REASON_UNFENCED: Final = "GPUFractionUnfenced"
+REASON_MODE_CONFLICT: Final = "GPUModeConflict"
+REASON_BACKEND_UNAVAILABLE: Final = "GPUBackendUnavailable"
+REASON_EVICTED: Final = "GPUFractionEvicted"
+REASON_EVICTION_BLOCKED: Final = "GPUFractionEvictionBlocked"
+REASON_FENCE_LOST: Final = "GPUFenceLost"
+
+EvictOutcome = Literal["evicted", "gone", "blocked"]
+EVENT_QUEUE: Final = 1000
+WARNING: Final = "Warning"
+NORMAL: Final = "Normal"
+
+
+class KubeError(Exception):
+    """A Kubernetes call failed in a way worth retrying (API unreachable, 5xx, forbidden)."""
+
+
+class Kube(Protocol):
+    def evict(self, ref: ContainerRef) -> EvictOutcome:
+        """Evict the Pod through the Eviction API (UID precondition); raises ``KubeError``."""
+        ...
+
+    def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
+        """Record an Event on the Pod (``ref.container`` goes in ``fieldPath``); never raises."""
+        ...
+
+    def set_condition(self, ok: bool, reason: str, message: str) -> None:
+        """Write the node condition; raises ``KubeError``."""
+        ...
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod as a plain dict; None if it does not exist; raises ``KubeError``."""
+        ...
+
+    def read_node(self) -> dict[str, Any] | None:
+        """The agent's Node as a plain dict; None if it does not exist; raises ``KubeError``."""
+        ...
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def _short(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+class KubeClient:
+    """``Kube`` on a real API server, for the agent of ``node``."""
+
+    def __init__(self, api_client: Any, node: str, log: Callable[[str], None]) -> None:
+        from kubernetes import client
+
+        self._client_mod = client
+        self.core = client.CoreV1Api(api_client)
+        self.node = node
+        self._log = log
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+        self._condition: tuple[bool, str, str] | None = None
+        self._transition = _now()
+        self._queue: queue.Queue[tuple[ContainerRef, str, str, str]] = queue.Queue(maxsize=EVENT_QUEUE)
+        self._worker: threading.Thread | None = None
+
+    def evict(self, ref: ContainerRef) -> EvictOutcome:
+        c = self._client_mod
+        body = c.V1Eviction(
+            metadata=c.V1ObjectMeta(name=ref.pod, namespace=ref.namespace),
+            delete_options=c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=ref.pod_uid)),
+        )
+        try:
+            self.core.create_namespaced_pod_eviction(
+                ref.pod, ref.namespace, body, _preload_content=False, _request_timeout=15
+            )
+        except Exception as exc:  # noqa: BLE001 - sorted by status below
+            status = _status(exc)
+            if status in (404, 409):  # gone, or the name now belongs to another Pod (UID precondition)
+                return "gone"
+            if status == 429:  # a PodDisruptionBudget forbids it right now
+                return "blocked"
+            raise KubeError(f"evicting Pod {ref.namespace}/{ref.pod}: {_short(exc)}") from None
+        return "evicted"
+
+    def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
+        """Queued, never waited for: a slow API server must not hold up a CreateContainer answer."""
+        with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._drain, name="events", daemon=True)
+                self._worker.start()
+        try:
+            self._queue.put_nowait((ref, kind, reason, message))
+        except queue.Full:
+            self._log(f"Event queue full; dropped {reason} on Pod {ref.namespace}/{ref.pod}: {message[:200]}")
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Wait until the queued Events are written (or ``timeout_s`` passed)."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                self._write_event(*item)
+            finally:
+                self._queue.task_done()
+
+    def _write_event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
+        key = (ref.pod_uid, ref.container, reason, message)
+        now = _now()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None:
+                self._seen[key] = (seen[0], seen[1] + 1)
+        try:
+            if seen is not None:
+                self.core.patch_namespaced_event(
+                    seen[0],
+                    ref.namespace,
+                    {"count": seen[1] + 1, "lastTimestamp": now},
+                    _preload_content=False,
+                )
+                return
+            name = f"{ref.pod}.{secrets.token_hex(8)}"
+            involved: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ref.namespace,
+                "name": ref.pod,
+                "uid": ref.pod_uid,
+            }
+            if ref.container:
+                involved["fieldPath"] = f"spec.containers{{{ref.container}}}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": ref.namespace},
+                "involvedObject": involved,
+                "reason": reason,
+                "message": message[:1024],
+                "type": kind,
+                "source": {"component": COMPONENT, "host": self.node},
+                "reportingComponent": COMPONENT,
+                "reportingInstance": self.node,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+            self.core.create_namespaced_event(
+                ref.namespace, body, _preload_content=False, _request_timeout=15
+            )
+            with self._lock:
+                self._seen.setdefault(key, (name, 1))
+                if len(self._seen) > 10000:  # a long-lived agent must not remember every Event forever
+                    self._seen.pop(next(iter(self._seen)))
+        except Exception as exc:  # noqa: BLE001 - an Event is never worth failing anything for
+            self._log(f"could not record Event {reason} on Pod {ref.namespace}/{ref.pod}: {_short(exc)}")
+
+    def set_condition(self, ok: bool, reason: str, message: str) -> None:
+        now = _now()
+        state = (ok, reason, message)
+        if self._condition is None or self._condition[0] != ok:
+            self._transition = now
+        condition = {
+            "type": CONDITION_TYPE,
+            "status": "True" if ok else "False",
+            "reason": reason,
+            "message": message[:1024],
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": self._transition,
+        }
+        try:
+            # A dict body is sent as a strategic merge patch: conditions merge by their type.
+            self.core.patch_node_status(
+                self.node,
+                {"status": {"conditions": [condition]}},
+                _preload_content=False,
+                _request_timeout=15,
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise KubeError(f"patching Node {self.node} status: {_short(exc)}") from None
+        self._condition = state
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        import json
+
+        try:
+            # Short: it is read while answering a Synchronize, which the runtime waits for.
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=5)
+        except Exception as exc:  # noqa: BLE001
+            if _status(exc) == 404:
+                return None
+            raise KubeError(f"reading Pod {namespace}/{name}: {_short(exc)}") from None
+        return json.loads(resp.data)
+
+    def read_node(self) -> dict[str, Any] | None:
+        import json
+
+        try:
+            resp = self.core.read_node(self.node, _preload_content=False, _request_timeout=15)
+        except Exception as exc:  # noqa: BLE001
+            if _status(exc) == 404:
+                return None
+            raise KubeError(f"reading Node {self.node}: {_short(exc)}") from None
+        return json.loads(resp.data)
+
+
+@dataclass
+class RecordedEvent:
+    ref: ContainerRef
+    kind: str
+    reason: str
+    message: str
+
+
+@dataclass
+class RecordingKube:
+    """``Kube`` in memory: for unit tests and ``gpuconf probe`` (no cluster).
+
+    ``on_evict`` plays the kubelet: it is called with the evicted Pod's ref (the probe stops
+    that Pod's local processes there). ``pods`` answers ``read_pod``.
+    """
+
+    on_evict: Callable[[ContainerRef], None] | None = None
+    evict_outcome: EvictOutcome = "evicted"
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    events: list[RecordedEvent] = field(default_factory=list)
+    evictions: list[tuple[ContainerRef, float]] = field(default_factory=list)
+    conditions: list[tuple[bool, str, str]] = field(default_factory=list)
+    node: dict[str, Any] | None = None
+    fail: bool = False
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def evict(self, ref: ContainerRef) -> EvictOutcome:
+        if self.fail:
+            raise KubeError("API unreachable (test)")
+        with self._lock:
+            self.evictions.append((ref, time.monotonic()))
+        if self.on_evict is not None and self.evict_outcome == "evicted":
+            self.on_evict(ref)
+        return self.evict_outcome
+
+    def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
+        with self._lock:
+            self.events.append(RecordedEvent(ref, kind, reason, message))
+
+    def set_condition(self, ok: bool, reason: str, message: str) -> None:
+        if self.fail:
+            raise KubeError("API unreachable (test)")
+        with self._lock:
+            self.conditions.append((ok, reason, message))
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+    def read_node(self) -> dict[str, Any] | None:
+        return self.node
+
+    def reasons(self) -> list[str]:
+        with self._lock:
+            return [e.reason for e in self.events]
+
+    def events_for(self, reason: str) -> list[RecordedEvent]:
+        with self._lock:
+            return [e for e in self.events if e.reason == reason]
+
+
+def pod_ref(pod: Mapping[str, Any], container: str = "") -> ContainerRef:
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
+    return ContainerRef(
+        str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""), container
+    )

@@ -1,0 +1,58 @@
+"""The agent's settings, and the faults it can be told to commit on purpose.
+
+Faults exist for self-validation (DESIGN.md): a conformance check is only worth something if it
+fails against a broken node, so the reference agent can be broken in named, documented ways and
+the suite (and ``gpuconf probe``) must catch each. A fault never turns on by accident: it is only
+ever set by ``--fault NAME`` or by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+FAULTS: Final[dict[str, str]] = {
+    "no-hard-limit": "applies no hard limit: a container's limit becomes its GPUs' whole memory",
+    "no-borrowing": "applies the request as the hard limit: no burst up to the limit",
+    "no-eviction": "the evictor never evicts anyone",
+    "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
+    "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
+    "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
+    "no-release": "a stopped container's memory and guarantee are never released",
+    "no-recovery": "a restarted agent adopts nothing the backend still holds",
+    "fail-open": "a malformed contract starts the container unfenced (as --fail-open)",
+}
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Everything that changes what the agent does, in one value."""
+
+    node: str
+    """The Node this agent serves (``spec.nodeName`` of its Pods)."""
+    fail_open: bool = False
+    """Start a container whose contract is malformed, unfenced, with a Warning Event (default: refuse)."""
+    evict_interval_s: float = 0.1
+    """How often the evictor reads the backend's pressure; the reaction target is 1 s."""
+    health_interval_s: float = 1.0
+    """How often the backend's health is checked for the node condition."""
+    heartbeat_s: float = 60.0
+    """The node condition is re-written at least this often, so its heartbeat shows the agent alive."""
+    resync_s: float = 300.0
+    """The Pod watch lists again this often (a list is what reveals a deletion nobody saw)."""
+    eviction_retry_s: float = 2.0
+    """After the Eviction API refused (429, an API error), wait this long before trying that Pod again."""
+    faults: frozenset[str] = field(default_factory=frozenset)
+    """Seeded faults (``FAULTS``); empty in every real deployment."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.faults) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"unknown agent fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+
+    def has(self, fault: str) -> bool:
+        return fault in self.faults
+
+    @property
+    def fails_open(self) -> bool:
+        return self.fail_open or self.has("fail-open")

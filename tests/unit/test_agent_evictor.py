@@ -1,0 +1,156 @@
+"""The soft-limit evictor: whom it picks (largest overage first, never within a guarantee) and how."""
+
+from __future__ import annotations
+
+import pytest
+
+from enforcement.agent.evictor import Evictor, choose_victims
+from enforcement.agent.kube import REASON_EVICTED, REASON_EVICTION_BLOCKED, RecordingKube
+from enforcement.agent.options import AgentOptions
+from enforcement.agent.testing import SimAgent, make_pod, placement, sim_agent
+from enforcement.backends import Candidate, GpuPressure
+from enforcement.sim.admin import client_spec
+from workloads.simwire import SIM_TOKEN_ENV, SimGone, SimPressure
+
+MIB = 1 << 20
+
+
+def pressure(shortfall: int, *candidates: Candidate, waiting=("g",), under=True, over=()) -> GpuPressure:
+    return GpuPressure(0, "GPU-0", under, shortfall, 0, tuple(waiting), 0.0, tuple(candidates), tuple(over))
+
+
+A = Candidate("a", used_bytes=200, guarantee_bytes=100)  # overage 100
+B = Candidate("b", used_bytes=350, guarantee_bytes=50)  # overage 300
+AT = Candidate("at", used_bytes=50, guarantee_bytes=50)  # exactly at its guarantee
+UNDER = Candidate("under", used_bytes=40, guarantee_bytes=50)
+
+
+def names(victims) -> list[str]:
+    return [v.client for v in victims]
+
+
+def test_largest_overage_first_and_only_as_many_as_the_shortfall_needs() -> None:
+    assert names(choose_victims([pressure(300, A, B)])) == ["b"]
+    assert names(choose_victims([pressure(400, A, B)])) == ["b", "a"]
+
+
+def test_never_a_client_within_or_at_its_guarantee_even_when_short() -> None:
+    assert names(choose_victims([pressure(10_000, UNDER, AT, A, B)])) == ["b", "a"]
+    assert choose_victims([pressure(10_000, UNDER, AT)]) == []
+
+
+def test_nothing_without_pressure() -> None:
+    assert choose_victims([pressure(0, A, B, under=False)]) == []
+
+
+def test_above_the_hard_limit_is_evicted_regardless_of_pressure() -> None:
+    over = Candidate("over", used_bytes=900, guarantee_bytes=100, hard_limit_bytes=500)
+    victims = choose_victims([pressure(0, A, under=False, over=(over,))])
+    assert names(victims) == ["over"] and victims[0].reason == "hard-limit"
+
+
+def test_skipped_clients_are_passed_over_for_the_next() -> None:
+    assert names(choose_victims([pressure(300, A, B)], skip={"b"})) == ["a"]
+
+
+def test_the_evict_guaranteed_fault_picks_the_waiters() -> None:
+    assert names(choose_victims([pressure(300, A, B)], evict_guaranteed=True)) == ["g"]
+
+
+# ---- end to end on an in-process device
+
+
+def admit(agent: SimAgent, name: str, request: int, limit: int) -> tuple[dict, str]:
+    pod = make_pod(name, placement("main", request, limit))
+    adj = agent.core.create_container(pod, "main")
+    assert adj.allowed, adj.message
+    return pod, adj.env[SIM_TOKEN_ENV]
+
+
+def fill(agent: SimAgent) -> dict:
+    """GPU of 1024 MiB: two borrowers above their guarantees, one guaranteed client short of memory."""
+    node = agent.node
+    ctxs = {}
+    for name, request, limit, hold in (("b1", 64, 900, 400), ("b2", 64, 900, 300)):
+        _pod, token = admit(agent, name, request, limit)
+        ctxs[name], _ = node.open_context(token)
+        node.alloc(ctxs[name], 0, hold * MIB)
+    _pod, token = admit(agent, "g", 512, 512)
+    ctxs["g"], _ = node.open_context(token)
+    with pytest.raises(SimPressure):
+        node.alloc(ctxs["g"], 0, 512 * MIB)  # 324 MiB free: the device records g as waiting
+    return ctxs
+
+
+def test_pressure_evicts_the_largest_borrower_through_the_api_and_the_waiter_gets_its_memory() -> None:
+    agent = sim_agent((1024,))
+    ctxs = fill(agent)
+    done = Evictor(agent.core).run_once()
+    assert names(done) == ["ns/b1/main"]
+    assert [ref.pod for ref, _at in agent.kube.evictions] == ["b1"]
+    (event,) = agent.kube.events_for(REASON_EVICTED)
+    assert event.ref.pod == "b1" and "400 MiB" in event.message and "336 MiB above" in event.message
+    assert "Pod ns/g" in event.message
+    agent.node.alloc(ctxs["g"], 0, 512 * MIB)  # the retry succeeds
+    with pytest.raises(SimGone):
+        agent.node.meminfo(ctxs["b1"])  # the evicted client hears why
+    assert agent.core.registry.get("ns/b1/main") is None and agent.core.registry.get("ns/b2/main")
+    assert agent.core.metrics.value("gpu_fractioning_agent_evictions_total", reason="pressure") == 1
+    assert Evictor(agent.core).run_once() == []  # no pressure left, nothing more
+
+
+def test_a_blocked_eviction_is_reported_and_retried_later_and_nothing_is_reclaimed() -> None:
+    agent = sim_agent((1024,), kube=RecordingKube(evict_outcome="blocked"))
+    fill(agent)
+    evictor = Evictor(agent.core)
+    assert evictor.run_once() == []
+    assert agent.kube.reasons()[-1] == REASON_EVICTION_BLOCKED
+    assert {c.name for c in agent.node.snapshot().clients} == {"ns/b1/main", "ns/b2/main", "ns/g/main"}
+    assert [ref.pod for ref, _at in agent.kube.evictions] == ["b1"]
+    # b1 is skipped until its retry time; meanwhile the next round tries the next borrower.
+    assert evictor.run_once() == []
+    assert [ref.pod for ref, _at in agent.kube.evictions] == ["b1", "b2"]
+
+
+def test_an_api_error_evicts_nobody() -> None:
+    agent = sim_agent((1024,), kube=RecordingKube(fail=True))
+    fill(agent)
+    assert Evictor(agent.core).run_once() == []
+    assert len(agent.node.snapshot().clients) == 3
+    assert agent.core.metrics.value("gpu_fractioning_agent_eviction_failures_total") >= 1
+
+
+def test_a_candidate_the_agent_does_not_fence_is_left_alone() -> None:
+    agent = sim_agent((1024,))
+    node = agent.node
+    outsider = node.attach(client_spec("outsider", ["0"], 64, 900))
+    ctx, _ = node.open_context(outsider.token)
+    node.alloc(ctx, 0, 700 * MIB)
+    _pod, token = admit(agent, "g", 512, 512)
+    gctx, _ = node.open_context(token)
+    with pytest.raises(SimPressure):
+        node.alloc(gctx, 0, 512 * MIB)
+    assert Evictor(agent.core).run_once() == []
+    assert agent.kube.evictions == []
+
+
+def test_every_client_of_an_evicted_pod_is_reclaimed() -> None:
+    agent = sim_agent((1024, 1024))
+    node = agent.node
+    ann = {**placement("a", 64, 900, devices=("0",)), **placement("b", 64, 64, devices=("1",))}
+    pod = make_pod("two", ann, containers=("a", "b"))
+    tokens = {c: agent.core.create_container(pod, c).env[SIM_TOKEN_ENV] for c in ("a", "b")}
+    ctx, _ = node.open_context(tokens["a"])
+    node.alloc(ctx, 0, 800 * MIB)
+    _g, token = admit(agent, "g", 512, 512)
+    gctx, _ = node.open_context(token)
+    with pytest.raises(SimPressure):
+        node.alloc(gctx, 0, 512 * MIB)
+    Evictor(agent.core).run_once()
+    assert {c.name for c in node.snapshot().clients} == {"ns/g/main"}
+
+
+def test_no_eviction_fault_evicts_nobody() -> None:
+    agent = sim_agent((1024,), options=AgentOptions(node="node-a", faults=frozenset({"no-eviction"})))
+    fill(agent)
+    assert Evictor(agent.core).run_once() == []

@@ -1,0 +1,94 @@
+"""``gpuconf probe`` on simulated GPUs: every check passes against the reference agent, and each
+check FAILS against the agent broken in the way that check exists to catch (a seeded fault)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance import probe
+from conformance.probe import CHECK_IDS, ProbeOptions, SetupError, render_table, run_probe
+
+# check -> the seeded agent fault it must catch
+CAUGHT_BY = {
+    "hard-limit": "no-hard-limit",
+    "borrowing": "no-borrowing",
+    "pressure-eviction": "no-eviction",
+    "mode-guard": "no-mode-guard",
+    "visibility": "whole-gpu-visibility",
+    "release": "no-release",
+    "fail-closed": "fail-open",
+}
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    probe.register(parser.add_subparsers())
+    args = parser.parse_args(["probe", *argv])
+    return int(args.func(args))
+
+
+def test_every_check_has_a_fault_that_it_catches() -> None:
+    assert set(CAUGHT_BY) == set(CHECK_IDS)
+
+
+def test_all_checks_pass_on_the_simulated_device_and_results_are_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "probe.json"
+    assert cli("--backend", "sim", "--output", str(out)) == 0
+    table = capsys.readouterr().out
+    assert "7 of 7 checks passed" in table
+    for check in CHECK_IDS:
+        assert f"{check} " in table
+    data = json.loads(out.read_text())
+    assert data["passed"] and data["simulated"] and data["backend"] == "sim"
+    assert [r["id"] for r in data["results"]] == list(CHECK_IDS)
+    assert all(r["status"] == "PASS" and r["evidence"] for r in data["results"])
+    pressure = next(r for r in data["results"] if r["id"] == "pressure-eviction")
+    assert pressure["evidence"]["evicted_pods"] == ["borrower"]
+    assert pressure["evidence"]["reaction_s"] <= 1.0
+
+
+@pytest.mark.parametrize(("check", "fault"), sorted(CAUGHT_BY.items()))
+def test_each_check_fails_against_its_seeded_fault(check: str, fault: str) -> None:
+    report = run_probe(ProbeOptions(backend="sim", checks=(check,), faults=frozenset({fault})))
+    (result,) = report.results
+    assert result.status == "FAIL", f"{check} did not catch {fault}: {result.summary}"
+    assert not report.passed
+    assert "SEEDED FAULTS" in render_table(report)
+
+
+def test_the_evictor_choosing_the_guaranteed_pod_fails_pressure_eviction() -> None:
+    report = run_probe(
+        ProbeOptions(backend="sim", checks=("pressure-eviction",), faults=frozenset({"evict-guaranteed"}))
+    )
+    (result,) = report.results
+    assert result.status == "FAIL" and "within its guarantee" in result.summary
+
+
+def test_a_failed_check_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("--backend", "sim", "--check", "fail-closed", "--fault", "fail-open") == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_setup_errors_exit_2_with_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("--backend", "sim", "--sim-gpus", "lots") == 2
+    assert "GPU spec 'lots'" in capsys.readouterr().err
+    with pytest.raises(SetupError, match="unknown check"):
+        run_probe(ProbeOptions(checks=("nope",)))
+    with pytest.raises(SetupError, match="unknown fault"):
+        run_probe(ProbeOptions(faults=frozenset({"nope"})))
+
+
+def test_mps_without_a_gpu_is_a_setup_error_said_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        assert cli("--backend", "mps") == 2
+        assert "mps backend cannot run here" in capsys.readouterr().err
+    else:  # pragma: no cover - a GPU machine runs the real thing instead
+        pytest.skip("pynvml is installed: this machine may have a GPU")
