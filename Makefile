@@ -45,6 +45,7 @@ lint: $(STAMP)
 # Speed and memory figures (printed as JSON lines); not pass/fail.
 bench: setup
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@echo "== tests/bench/bench_sandbox.py --full"; $(BIN)/python tests/bench/bench_sandbox.py --full --runs 2
 
 sandbox-up: setup
 	$(BIN)/gpuconf sandbox up

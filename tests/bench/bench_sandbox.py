@@ -4,7 +4,7 @@ Prints one JSON object. Measurements, not pass/fail (targets: warm `up` <= 10 s 
 The cold build is measured only with --cold (it builds into a throw-away cache, 15-30 min);
 otherwise the figure recorded by the build that filled the cache is reported.
 
-    .venv/bin/python tests/bench/bench_sandbox.py [--cold] [--topology scale]
+    .venv/bin/python tests/bench/bench_sandbox.py [--cold] [--full] [--topology scale]
 """
 
 from __future__ import annotations
@@ -40,10 +40,21 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="measure a cold build into a temporary cache")
     parser.add_argument("--topology", default="default")
     parser.add_argument("--runs", type=int, default=3, help="fresh `up`/`down` cycles to time")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="as `gpuconf sandbox up` runs it: plus the reference scheduler and, per node, the simulated "
+        "device, the node agent and the simulated kubelet (default: the control plane alone)",
+    )
     args = parser.parse_args()
     quiet = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
-    figures: dict = {"bench": "sandbox", "cores": os.cpu_count(), "topology": args.topology}
+    figures: dict = {
+        "bench": "sandbox",
+        "cores": os.cpu_count(),
+        "topology": args.topology,
+        "components": "control plane + reference scheduler + node runtime" if args.full else "control plane",
+    }
     if args.cold:
         with tempfile.TemporaryDirectory() as cache:
             os.environ[binaries.ENV_CACHE_DIR] = cache
