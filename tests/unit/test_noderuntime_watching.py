@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from fixtures.noderuntime.watching import PodWatch
+from enforcement import reflector
+from fixtures.noderuntime.runtime import POD_WATCH_TIMEOUT_S
 
 
 def pod(name: str, rv: str) -> dict[str, Any]:
@@ -53,6 +54,34 @@ class FakeCore:
         return step
 
 
+def pod_watch(
+    core: FakeCore,
+    node: str,
+    on_list: Callable[[list[dict[str, Any]]], None],
+    on_event: Callable[[str, dict[str, Any]], None],
+    stop: threading.Event,
+    log: Callable[[str], None],
+    resync_s: float,
+) -> reflector.Reflector:
+    """The runtime's reflector of its node's Pods, each list and each change handed to its own callback."""
+
+    def sink(event: reflector.Event) -> None:
+        if isinstance(event, reflector.Listed):
+            on_list(list(event.items))
+        else:
+            on_event(event.type, event.obj)
+
+    return reflector.Reflector(
+        "pods",
+        reflector.pods_on_node(core, node),
+        sink,
+        stop,
+        log,
+        resync_s=resync_s,
+        watch_timeout_s=POD_WATCH_TIMEOUT_S,
+    )
+
+
 def test_list_watch_resume_and_relist_after_gone() -> None:
     stop = threading.Event()
     a, b, c = pod("a", "10"), pod("b", "11"), pod("c", "21")
@@ -75,7 +104,7 @@ def test_list_watch_resume_and_relist_after_gone() -> None:
     lists: list[list[str]] = []
     events: list[tuple[str, str]] = []
     logs: list[str] = []
-    watch = PodWatch(
+    watch = pod_watch(
         core,
         "gpu-a-0",
         lambda items: lists.append([p["metadata"]["name"] for p in items]),
@@ -100,7 +129,7 @@ def test_an_api_410_on_the_request_itself_relists() -> None:
     stop = threading.Event()
     core = FakeCore([Listed([], "5"), ApiException(status=410), Listed([pod("x", "9")], "9")], stop)
     lists: list[list[str]] = []
-    watch = PodWatch(
+    watch = pod_watch(
         core,
         "n",
         lambda items: lists.append([p["metadata"]["name"] for p in items]),
@@ -118,7 +147,7 @@ def test_periodic_resync_lists_again() -> None:
     stop = threading.Event()
     core = FakeCore([Listed([], "1"), Stream([]), Listed([], "2")], stop)
     lists: list[int] = []
-    watch = PodWatch(
+    watch = pod_watch(
         core,
         "n",
         lambda items: lists.append(len(items)),

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from enforcement.reflector import Changed, Listed, Reflector
 from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
 from fixtures.sandbox.errors import SandboxError
 from fixtures.scheduler.loop import Scheduler, Settings
-from fixtures.scheduler.watching import Changed, Listed, Watcher
 
 
 class Reply:
@@ -66,7 +66,7 @@ class ScriptedList:
 
 def run_watcher(fn: ScriptedList, stop: threading.Event) -> list[Any]:
     seen: queue.Queue[Any] = queue.Queue()
-    watcher = Watcher("pods", fn, seen.put, stop, "10", log=lambda _m: None)
+    watcher = Reflector("pods", fn, seen.put, stop, lambda _m: None, resource_version="10")
     watcher.start()
     watcher.join(10)
     assert not watcher.is_alive()
