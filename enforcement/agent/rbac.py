@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from enforcement import clusterrbac
+
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 ROLE_NAME: Final = "gpuconf-node-agent"
 LABELS: Final = {"app.kubernetes.io/name": "gpuconf-node-agent", "app.kubernetes.io/part-of": "gpuconf"}
@@ -67,19 +69,4 @@ def ensure_rbac(rbac_api: Any, user: str) -> list[str]:
     ``rbac_api`` is a ``kubernetes.client.RbacAuthorizationV1Api`` with rights to manage RBAC.
     Idempotent: existing objects are replaced with exactly these rules and subjects.
     """
-    from kubernetes.client.rest import ApiException
-
-    names = []
-    for body in (cluster_role(), cluster_role_binding(user_subject(user))):
-        if body["kind"] == "ClusterRole":
-            create, replace = rbac_api.create_cluster_role, rbac_api.replace_cluster_role
-        else:
-            create, replace = rbac_api.create_cluster_role_binding, rbac_api.replace_cluster_role_binding
-        try:
-            create(body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            replace(body["metadata"]["name"], body, _preload_content=False)
-        names.append(body["metadata"]["name"])
-    return names
+    return clusterrbac.apply(rbac_api, (cluster_role(), cluster_role_binding(user_subject(user))))

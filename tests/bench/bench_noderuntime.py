@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchlib import rss_mib  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from enforcement.hook import Adjustment, ContainerRef, HookServer, RunningContainer  # noqa: E402
@@ -52,16 +53,6 @@ class AllowAll:
 
     def synchronize(self, running: list[RunningContainer]) -> None:
         pass
-
-
-def rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def percentile(values: list[float], q: float) -> float:
