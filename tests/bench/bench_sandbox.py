@@ -62,9 +62,14 @@ def main() -> int:
     ups, reuses, downs = [], [], []
     with tempfile.TemporaryDirectory() as state:
         for i in range(args.runs):
-            box = Sandbox(
-                SandboxConfig(state_dir=Path(state) / f"s{i}", ports=Ports.free(), topology=args.topology)
+            config = SandboxConfig(
+                state_dir=Path(state) / f"s{i}",
+                ports=Ports.free(),
+                topology=args.topology,
+                schedulers=("reference",) if args.full else (),
+                node_runtime=args.full,
             )
+            box = Sandbox(config)
             t0 = time.monotonic()
             box.up(log=quiet)
             ups.append(round(time.monotonic() - t0, 2))
@@ -72,7 +77,7 @@ def main() -> int:
             assert box.up(log=quiet).reused
             reuses.append(round(time.monotonic() - t0, 2))
             if i == 0:
-                time.sleep(5)  # let the control plane settle before reading memory
+                time.sleep(5)  # let the processes settle before reading memory
                 procs = json.loads(box.state_file.read_text())["processes"]
                 figures["rss_mib"] = {name: rss_mib(rec["pid"]) for name, rec in procs.items()}
             t0 = time.monotonic()

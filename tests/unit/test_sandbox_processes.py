@@ -63,3 +63,26 @@ def test_listening_pid_and_port_free() -> None:
 
 def test_log_tail_of_missing_file() -> None:
     assert processes.log_tail("/nonexistent/log") == "(no log)"
+
+
+def test_stop_all_shares_one_grace_period(tmp_path: Path) -> None:
+    import time
+
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('x', flush=True); time.sleep(60)"
+    )
+    polite = processes.spawn(
+        "polite", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "p.log"
+    )
+    rude = processes.spawn("rude", [sys.executable, "-c", stubborn], tmp_path / "r.log")
+    gone = processes.ProcessRecord("gone", polite.pid, polite.start_ticks + 1, (), "")
+    for _ in range(200):
+        if "x" in Path(rude.log).read_text():
+            break
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    stopped = processes.stop_all([polite, rude, gone], grace=1.0)
+    assert time.monotonic() - t0 < 5, "the grace period is shared, not one per process"
+    assert [r.name for r in stopped] == ["polite", "rude"]
+    assert not polite.alive() and not rude.alive()
