@@ -188,6 +188,23 @@ def bound_fraction_pods(core: client.CoreV1Api) -> dict[tuple[str, str], Any]:
 
 
 @contextmanager
+def pods_on_empty_gpus(core: client.CoreV1Api, namespace: str, scheduler: str) -> Iterator[Pods]:
+    """A ``Pods`` factory for one test, which needs every GPU empty; its Pods are deleted afterwards."""
+    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
+    made = Pods(core, namespace, scheduler)
+    try:
+        yield made
+    finally:
+        made.delete_all()
+
+
+def uuids_by_node(
+    core: client.CoreV1Api, nodes: Sequence[str] = ("gpu-a-0", "gpu-a-1")
+) -> dict[str, list[str]]:
+    return {n: node_uuids(core, n) for n in nodes}
+
+
+@contextmanager
 def node_condition(core: client.CoreV1Api, node: str, kind: str, status: str) -> Iterator[None]:
     """Set one condition of a Node for the duration (what a node agent or kubelet would report)."""
 

@@ -16,12 +16,12 @@ import pytest
 from scheduler_helpers import (
     Pods,
     SchedulerProcess,
-    bound_fraction_pods,
     node_condition,
-    node_uuids,
     nv,
+    pods_on_empty_gpus,
     running_schedulers,
     unique,
+    uuids_by_node,
 )
 
 from enforcement.contract import audit_gpus, audit_pod
@@ -44,19 +44,13 @@ def schedulers(
 
 @pytest.fixture
 def cluster(sandbox: Sandbox, namespace: str, schedulers: dict[str, SchedulerProcess]) -> Iterator[Pods]:
-    core = sandbox.core_v1()
-    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
-    made = Pods(core, namespace, "unset")
-    try:
+    with pods_on_empty_gpus(sandbox.core_v1(), namespace, "unset") as made:
         yield made
-    finally:
-        made.delete_all()
 
 
 @pytest.fixture(scope="module")
 def gpu(sandbox: Sandbox) -> dict[str, list[str]]:
-    core = sandbox.core_v1()
-    return {n: node_uuids(core, n) for n in ("gpu-a-0", "gpu-a-1")}
+    return uuids_by_node(sandbox.core_v1())
 
 
 def under(cluster: Pods, fault: str) -> Pods:

@@ -18,10 +18,11 @@ from scheduler_helpers import (
     SchedulerProcess,
     bound_fraction_pods,
     node_condition,
-    node_uuids,
     nv,
+    pods_on_empty_gpus,
     running_schedulers,
     unique,
+    uuids_by_node,
     wait_for,
 )
 
@@ -43,19 +44,13 @@ def scheduler(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 @pytest.fixture
 def pods(sandbox: Sandbox, namespace: str, scheduler: SchedulerProcess) -> Iterator[Pods]:
-    core = sandbox.core_v1()
-    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
-    made = Pods(core, namespace, scheduler.name)
-    try:
+    with pods_on_empty_gpus(sandbox.core_v1(), namespace, scheduler.name) as made:
         yield made
-    finally:
-        made.delete_all()
 
 
 @pytest.fixture(scope="module")
 def gpu(sandbox: Sandbox) -> dict[str, list[str]]:
-    core = sandbox.core_v1()
-    return {n: node_uuids(core, n) for n in ("gpu-a-0", "gpu-a-1")}
+    return uuids_by_node(sandbox.core_v1())
 
 
 def audit(sandbox: Sandbox, namespace: str) -> list[str]:
