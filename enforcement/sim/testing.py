@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from workloads.simwire import SIM_SOCKET_ENV, SIM_TOKEN_ENV
 
@@ -124,8 +124,11 @@ class WorkloadProcess:
 
     Waiting for a progress line ("holding ...", "heartbeat 1 ...") is how tests sequence workloads
     against each other; a thread does the reading so that a wait has a timeout and a silent workload
-    cannot hang the test.
+    cannot hang the test. Every one started is remembered until ``kill_leftovers``: a test that fails
+    half-way must not leave a workload holding simulated memory (or running at all) after it.
     """
+
+    _started: ClassVar[list[subprocess.Popen[str]]] = []
 
     def __init__(
         self,
@@ -150,6 +153,7 @@ class WorkloadProcess:
             stderr=subprocess.PIPE,
             text=True,
         )
+        WorkloadProcess._started.append(self.proc)
         self._lines: list[str] = []
         self._cond = threading.Condition()
         self._eof = False
@@ -159,6 +163,18 @@ class WorkloadProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @classmethod
+    def kill_leftovers(cls) -> int:
+        """Kill every workload started here that still runs; returns how many there were."""
+        left = [p for p in cls._started if p.poll() is None]
+        for proc in left:
+            proc.kill()
+        for proc in left:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        cls._started.clear()
+        return len(left)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
