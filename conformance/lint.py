@@ -254,7 +254,7 @@ def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
         chosen = next((c for c in contexts if c.get("name") == context), active) if context else active
         return str((chosen or {}).get("context", {}).get("namespace") or "default")
-    except Exception:  # the client already loaded this file; a missing namespace just means "default"
+    except Exception:  # noqa: BLE001 - the client already loaded this file; no namespace means "default"
         return "default"
 
 

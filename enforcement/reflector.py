@@ -160,7 +160,7 @@ class Reflector(threading.Thread):
                     "listing again"
                 )
                 self.resource_version = None
-            except Exception as exc:  # a dropped connection, a restarting API server: resume
+            except Exception as exc:  # noqa: BLE001 - a dropped connection, a restarting API server: resume
                 if self.stop.is_set():
                     return
                 delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]

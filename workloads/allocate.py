@@ -289,7 +289,7 @@ class Runner:
             outcome, details = "terminated", {"held": self.held_bytes()}
             failure = _Failure(ExitCode.TERMINATED, self._error(index, step.OP, exc, "terminated"))
             self.say(f"terminated by {exc.signame}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - see below
             # A bug or an environment problem: still a result with exit code 1, never a traceback exit.
             outcome, details = "error", {"message": f"{type(exc).__name__}: {exc}"}
             failure = _Failure(ExitCode.ERROR, self._error(index, step.OP, exc, type(exc).__name__))

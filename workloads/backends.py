@@ -221,7 +221,7 @@ class CupyBackend:
             cupy.cuda.set_allocator(None)  # no pool: exact sizes, immediate frees
             cupy.cuda.set_pinned_memory_allocator(None)
             self._count = int(cupy.cuda.runtime.getDeviceCount())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever CUDA says here, the backend is unusable
             raise BackendUnavailable(f"no usable CUDA device: {exc}") from None
         if self._count < 1:
             raise BackendUnavailable("CUDA reports no device")
@@ -259,7 +259,7 @@ class CupyBackend:
                 return cp.empty(nbytes, dtype=cp.uint8)
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise OutOfMemory(nbytes, "cupy.cuda.memory.OutOfMemoryError", str(exc)) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
 
     def free(self, handle: Any) -> None:
@@ -269,7 +269,7 @@ class CupyBackend:
         try:
             with self._cp.cuda.Device(handle.device.id):
                 self._cp.cuda.Device().synchronize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
 
     def touch(self, handle: Any) -> None:
@@ -277,7 +277,7 @@ class CupyBackend:
             with self._cp.cuda.Device(handle.device.id):
                 handle.fill(0xA5)
                 self._cp.cuda.Device().synchronize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
 
     def meminfo(self) -> list[MemState]:
@@ -287,7 +287,7 @@ class CupyBackend:
                 with self._cp.cuda.Device(d):
                     free, total = self._cp.cuda.runtime.memGetInfo()
                 out.append(MemState(d, int(total), int(total) - int(free), int(free)))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
         return out
 
@@ -311,7 +311,7 @@ class CupyBackend:
             raise OutOfMemory(
                 2 * matrix * matrix * 4, "cupy.cuda.memory.OutOfMemoryError", str(exc)
             ) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
         return KernelSpan(start, end, 2.0 * matrix**3)
 
@@ -327,7 +327,7 @@ class CupyBackend:
             with cp.cuda.Device(device):
                 cp.RawKernel(source, "gpuconf_fault")((1,), (1,), ())
                 cp.cuda.Device().synchronize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             fault = self._fail(exc)
             if isinstance(fault, DeviceFault):
                 return str(fault)

@@ -225,7 +225,7 @@ class KubeClient:
                 _preload_content=False,
                 _request_timeout=15,
             )
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure is a KubeError the caller retries
             raise KubeError(f"patching Node {self.node} status: {_short(exc)}") from None
         self._condition = state
 
@@ -235,7 +235,7 @@ class KubeClient:
         try:
             # Short: it is read while answering a Synchronize, which the runtime waits for.
             resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=5)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - 404 is an answer; anything else a KubeError to retry
             if _status(exc) == 404:
                 return None
             raise KubeError(f"reading Pod {namespace}/{name}: {_short(exc)}") from None
@@ -246,7 +246,7 @@ class KubeClient:
 
         try:
             resp = self.core.read_node(self.node, _preload_content=False, _request_timeout=15)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - 404 is an answer; anything else a KubeError to retry
             if _status(exc) == 404:
                 return None
             raise KubeError(f"reading Node {self.node}: {_short(exc)}") from None

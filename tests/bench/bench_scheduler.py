@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchlib import rss_mib  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
 
 from enforcement.contract import audit_gpus, audit_pod  # noqa: E402
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
@@ -110,7 +111,7 @@ def main() -> int:
                 try:
                     core.read_namespaced_service_account("default", NAMESPACE)
                     break
-                except Exception:
+                except ApiException:
                     time.sleep(0.1)
 
             created_at: list[float] = []
