@@ -159,7 +159,8 @@ def expand(source: str, obj: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
 def pod_of(obj: Mapping[str, Any]) -> tuple[Subject, dict[str, Any]] | None:
     """The Pod (or Pod template, as a Pod dict) an object carries, and who to name in findings."""
     kind = str(obj.get("kind") or "")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    found = obj.get("metadata")
+    meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     subject = Subject(kind, str(meta.get("namespace") or ""), str(name), "")
     if kind == "Pod":
@@ -223,13 +224,12 @@ def cluster_objects(
     except (ConfigException, OSError, TypeError) as exc:
         raise InputError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
     core = client.CoreV1Api(api_client)
-    if not all_namespaces and not namespace:
-        namespace = _context_namespace(kubeconfig, context)
     try:
         if all_namespaces:
             pods = core.list_pod_for_all_namespaces(_request_timeout=60).items
         else:
-            pods = core.list_namespaced_pod(namespace, _request_timeout=60).items
+            chosen = namespace or _context_namespace(kubeconfig, context)
+            pods = core.list_namespaced_pod(chosen, _request_timeout=60).items
     except ApiException as exc:
         raise InputError(f"cannot list Pods: {exc.status} {exc.reason}") from exc
     except Exception as exc:  # urllib3 connection errors have no common base worth naming

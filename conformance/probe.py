@@ -43,7 +43,10 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from enforcement.backends import Backend
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -120,7 +123,7 @@ class CheckFailed(Exception):
 class Session:
     """One backend, one agent core with its evictor, and the workload processes of the checks."""
 
-    def __init__(self, backend: Any, options: ProbeOptions, work: Path, simulated: bool) -> None:
+    def __init__(self, backend: Backend, options: ProbeOptions, work: Path, simulated: bool) -> None:
         from enforcement.agent.evictor import Evictor
         from enforcement.agent.handler import AgentCore
         from enforcement.agent.kube import RecordingKube
@@ -530,7 +533,7 @@ CHECK_IDS = tuple(c.id for c in CHECKS)
 # ---------------------------------------------------------------------------------------- running
 
 
-def _open_backend(options: ProbeOptions, work: Path) -> tuple[Any, bool, Callable[[], None]]:
+def _open_backend(options: ProbeOptions, work: Path) -> tuple[Backend, bool, Callable[[], None]]:
     """(backend, simulated, close)."""
     if options.backend == "sim":
         from enforcement.backends.sim import SimBackend
@@ -557,17 +560,17 @@ def _open_backend(options: ProbeOptions, work: Path) -> tuple[Any, bool, Callabl
 
     root = Path(options.mps_root) if options.mps_root else work / "mps"
     try:
-        backend = MpsBackend.create(root)
+        mps = MpsBackend.create(root)
     except BackendUnavailable as exc:
         raise SetupError(f"the mps backend cannot run here: {exc}") from None
-    health = backend.health()
+    health = mps.health()
     if not health.ok:
         print(f"gpuconf probe: warning: {health.reason}: {health.message}", file=sys.stderr)
 
     def close_mps() -> None:
-        backend.shutdown_daemons()
+        mps.shutdown_daemons()
 
-    return backend, False, close_mps
+    return mps, False, close_mps
 
 
 def run_probe(options: ProbeOptions, log: Callable[[str], None] = lambda _m: None) -> ProbeReport:

@@ -146,13 +146,13 @@ class SimBackend:
     @staticmethod
     def _translate(exc: Exception, requested: int = 0) -> BackendError:
         if isinstance(exc, simwire.SimOutOfMemory):
-            r = exc.reply
+            oom = exc.reply
             return OutOfMemory(
-                requested or r.requested_bytes, f"simulated-oom/{r.reason}", r.message, r.reason
+                requested or oom.requested_bytes, f"simulated-oom/{oom.reason}", oom.message, oom.reason
             )
         if isinstance(exc, simwire.SimPressure):
-            r = exc.reply
-            return PressureRefused(requested or r.requested_bytes, r.candidates, r.shortfall_bytes, r.message)
+            p = exc.reply
+            return PressureRefused(requested or p.requested_bytes, p.candidates, p.shortfall_bytes, p.message)
         if isinstance(exc, simwire.SimFault):
             return DeviceFault(exc.reply.message, "simulated-fault/illegal-address")
         if isinstance(exc, simwire.SimGone):

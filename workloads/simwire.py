@@ -473,7 +473,7 @@ def _compile(tp: Any) -> Converter:
             return {key(k, where): val(x, f"{where}.{k}") for k, x in v.items()}
 
         return to_dict
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
 
         def to_dataclass(v: Any, where: str) -> Any:
             if not isinstance(v, dict):

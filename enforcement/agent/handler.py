@@ -494,8 +494,8 @@ class AgentCore:
             for tracked in self.registry.all():
                 if tracked.client not in present:
                     self._fence_lost(tracked)
-            for client in usage.clients:
-                ours = client.labels.get(LABEL_AGENT) == self.node
-                if ours and self.registry.get(client.name) is None and not self.options.has("no-release"):
-                    self.backend.detach(client.name)
-                    self.log(f"released {client.name}: the backend held it, the agent no longer fences it")
+            for held in usage.clients:
+                ours = held.labels.get(LABEL_AGENT) == self.node
+                if ours and self.registry.get(held.name) is None and not self.options.has("no-release"):
+                    self.backend.detach(held.name)
+                    self.log(f"released {held.name}: the backend held it, the agent no longer fences it")
