@@ -20,9 +20,9 @@ import pytest
 
 from enforcement.hook import Adjustment, ContainerRef, HookServer, RunningContainer
 from enforcement.sim.admin import AdminClient
+from fixtures.noderuntime.component import NODES_DIR, TOKEN_FILE, NodeDirs, agent_available
 from fixtures.noderuntime.containers import container_processes
 from fixtures.noderuntime.runtime import RESTARTED_MESSAGE
-from fixtures.noderuntime.sandbox import NODES_DIR, TOKEN_FILE, NodeDirs, agent_available
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.sandbox.topology import gpu_uuid

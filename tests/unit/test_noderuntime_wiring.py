@@ -11,26 +11,33 @@ from typing import Any
 import pytest
 
 from enforcement.sim import ADMIN_TOKEN_ENV
+from fixtures.noderuntime import component as wiring
 from fixtures.noderuntime import rbac
-from fixtures.noderuntime import sandbox as wiring
-from fixtures.noderuntime.sandbox import MAX_SOCKET_PATH, NodeDirs, accepts, admin_token, components, gpu_file
+from fixtures.noderuntime.component import (
+    MAX_SOCKET_PATH,
+    NodeDirs,
+    accepts,
+    admin_token,
+    components,
+    gpu_file,
+)
 from fixtures.sandbox import topology
-
-
-class StubPKI:
-    def __init__(self, directory: Path) -> None:
-        self.ca = type("Pair", (), {"cert": directory / "ca.crt"})()
-        self.ca.cert.write_text("ca")
+from fixtures.sandbox.config import SandboxConfig
 
 
 class StubSandbox:
-    """What ``components`` uses of a Sandbox, without an API server."""
+    """A ``fixtures.sandbox.components.Host`` without an API server."""
 
     def __init__(self, directory: Path) -> None:
+        self.config = SandboxConfig(state_dir=directory, node_runtime=True)
         self.dir = directory
         self.server = "https://127.0.0.1:1"
-        self.pki = StubPKI(directory)
+        self.ca_file = directory / "ca.crt"
+        self.ca_file.write_text("ca")
         self.issued: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def recorded_argv(self, component: str) -> tuple[str, ...] | None:
+        return None
 
     def issue_kubeconfig(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
         self.issued.append((name, user, groups))
@@ -38,7 +45,7 @@ class StubSandbox:
         path.write_text("issued")
         return path
 
-    def api_client(self) -> Any:
+    def api_client(self, kubeconfig: Path | None = None) -> Any:
         return None
 
 
@@ -52,7 +59,7 @@ def stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StubSandbox:
 
 def test_each_node_gets_device_agent_runtime_in_order(stub: StubSandbox) -> None:
     topo = topology.load("default")
-    comps = components(stub, topo)  # type: ignore[arg-type]
+    comps = components(stub, topo)
     assert [c.name for c in comps] == [
         f"{kind}/{node}" for node in ("gpu-a-0", "gpu-a-1") for kind in ("sim", "agent", "runtime")
     ]
@@ -82,9 +89,9 @@ def test_each_node_gets_device_agent_runtime_in_order(stub: StubSandbox) -> None
 
 def test_argv_is_stable_for_an_unchanged_sandbox(stub: StubSandbox) -> None:
     topo = topology.load("default")
-    first = [c.argv for c in components(stub, topo)]  # type: ignore[arg-type]
+    first = [c.argv for c in components(stub, topo)]
     issued = len(stub.issued)
-    second = [c.argv for c in components(stub, topo)]  # type: ignore[arg-type]
+    second = [c.argv for c in components(stub, topo)]
     assert first == second
     assert len(stub.issued) == issued * 2  # stub kubeconfigs never match the CA: reissued, same paths
 
@@ -93,7 +100,7 @@ def test_agent_is_skipped_with_a_warning_when_not_importable(
     stub: StubSandbox, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(wiring, "agent_available", lambda: False)
-    names = [c.name for c in components(stub, topology.load("default"))]  # type: ignore[arg-type]
+    names = [c.name for c in components(stub, topology.load("default"))]
     assert not [n for n in names if n.startswith("agent/")]
     assert "enforcement.agent is not importable" in capsys.readouterr().err
 

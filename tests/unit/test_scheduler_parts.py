@@ -12,9 +12,9 @@ from fixtures.sandbox.cli import schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
 from fixtures.scheduler import rbac
 from fixtures.scheduler.__main__ import main as scheduler_main
+from fixtures.scheduler.component import SchedulerSpec, parse_spec, parse_specs, with_faults
 from fixtures.scheduler.faults import FAULTS, UnknownFault, parse_faults
 from fixtures.scheduler.ledger import Ledger
-from fixtures.scheduler.sandbox import SchedulerSpec, parse_spec, parse_specs, with_faults
 
 NODE = {"metadata": {"name": "n", "annotations": {"gpuconf.io/gpu-uuids": "GPU-a,GPU-b"}}}
 
@@ -108,6 +108,10 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "trust-pod-devices",
         "ignore-node-ready",
         "devices-not-on-node",
+        "annotate-after-bind",
+        "leak-completed",
+        "silent-unschedulable",
+        "portion-of-wrong-size",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 
