@@ -181,7 +181,7 @@ class Session:
     def run(self, pod: Mapping[str, Any], adjustment: Any, plan: Mapping[str, Any]) -> Any:
         from enforcement.agent.kube import pod_ref
         from enforcement.agent.registry import client_name
-        from enforcement.sim.testing import WorkloadProcess
+        from workloads.process import WorkloadProcess
 
         self._seq += 1
         proc = WorkloadProcess(

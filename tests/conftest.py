@@ -10,6 +10,6 @@ import pytest
 @pytest.fixture(autouse=True)
 def _no_workload_outlives_its_test() -> Iterator[None]:
     yield
-    from enforcement.sim.testing import WorkloadProcess
+    from workloads.process import WorkloadProcess
 
     WorkloadProcess.kill_leftovers()  # a passing test ended its own; this catches a failed one's

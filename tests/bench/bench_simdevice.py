@@ -34,10 +34,11 @@ sys.path.insert(0, str(ROOT))
 
 from enforcement.sim.admin import client_spec  # noqa: E402
 from enforcement.sim.process import ServerProcess  # noqa: E402
-from enforcement.sim.testing import container_env, run_workload, short_tempdir  # noqa: E402
+from enforcement.sim.testing import container_env, short_tempdir  # noqa: E402
 from workloads.allocate import Runner  # noqa: E402
 from workloads.backends import SimBackend  # noqa: E402
 from workloads.plan import parse_plan  # noqa: E402
+from workloads.process import run_workload  # noqa: E402
 from workloads.simclient import DeviceClient  # noqa: E402
 
 MiB = 1 << 20

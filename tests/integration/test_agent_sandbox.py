@@ -32,9 +32,10 @@ from enforcement.contract import node_gpu_uuids
 from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, HookClient, RunningContainer
 from enforcement.sim import ADMIN_TOKEN_ENV, SMI_BIN_DIR
 from enforcement.sim.process import ServerProcess
-from enforcement.sim.testing import WorkloadProcess, short_tempdir
+from enforcement.sim.testing import short_tempdir
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.processes import free_port
+from workloads.process import WorkloadProcess
 
 pytestmark = pytest.mark.sandbox
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from enforcement.sim.testing import SimNodeHarness, WorkloadProcess, WorkloadRun, run_workload
+from enforcement.sim.testing import SimNodeHarness
+from workloads.process import WorkloadProcess, WorkloadRun, run_workload
 from workloads.report import ExitCode
 from workloads.simwire import SimModeConflict
 
