@@ -3,25 +3,30 @@
 The mutation run trusts that ``--fault NAME`` breaks its rule; these tests are that trust's
 evidence. One scheduler per fault runs for the module (started together, so the module pays
 one start-up), each with its own name; every test sends its Pods to one of them and judges the
-bound Pod with the contract module, as the suite will.
+bound Pod with the contract module, as the suite will. ``leak-completed`` is the exception: its
+ledger would keep every Pod the other tests delete, so its test starts a fresh one.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import watch
 from scheduler_helpers import (
     Pods,
     SchedulerProcess,
+    bound_fraction_pods,
     node_condition,
     nv,
     pods_on_empty_gpus,
     running_schedulers,
     unique,
     uuids_by_node,
+    wait_for,
 )
 
 from enforcement.contract import audit_gpus, audit_pod
@@ -31,13 +36,15 @@ from fixtures.scheduler.faults import FAULTS
 pytestmark = pytest.mark.sandbox
 
 RUN = unique("it-fault")
+OWN_SCHEDULER = ("leak-completed",)
+"""Faults whose test starts its own scheduler rather than share the module's."""
 
 
 @pytest.fixture(scope="module")
 def schedulers(
     sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, SchedulerProcess]]:
-    specs = {f"{RUN}-{fault}": ("--fault", fault) for fault in FAULTS}
+    specs = {f"{RUN}-{fault}": ("--fault", fault) for fault in FAULTS if fault not in OWN_SCHEDULER}
     with running_schedulers(sandbox, tmp_path_factory.mktemp("faults"), specs) as procs:
         yield {name.removeprefix(f"{RUN}-"): proc for name, proc in procs.items()}
 
@@ -170,6 +177,99 @@ def test_devices_not_on_node(cluster: Pods, sandbox: Sandbox, gpu: dict[str, lis
     assert pod["spec"]["nodeName"] == "gpu-a-0"
     assert devices(pod) == gpu["gpu-a-1"][0]
     assert rules(sandbox, pod) == ["devices-unknown"]
+
+
+def retries(scheduler: SchedulerProcess, count: int = 2) -> None:
+    """Wait until the scheduler has tried its waiting Pods ``count`` more times."""
+    before = len(scheduler.lines("retry:"))
+    wait_for(
+        lambda: len(scheduler.lines("retry:")) >= before + count, f"{count} more retries by {scheduler.name}"
+    )
+
+
+def test_annotate_after_bind(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "annotate-after-bind")
+    core = sandbox.core_v1()
+    since = json.loads(core.list_namespaced_pod(pods.namespace, _preload_content=False).data)["metadata"][
+        "resourceVersion"
+    ]
+    pods.create("p", {"gpu-memory": "1000"})
+    versions: list[dict[str, Any]] = []  # every version of the Pod the API server served, in order
+    stream = watch.Watch()
+    for event in stream.stream(
+        core.list_namespaced_pod,
+        pods.namespace,
+        field_selector="metadata.name=p",
+        resource_version=since,
+        timeout_seconds=30,
+    ):
+        versions.append(event["raw_object"])
+        if nv("main", "gpus.devices") in (versions[-1]["metadata"].get("annotations") or {}):
+            stream.stop()
+    bound = [v for v in versions if v["spec"].get("nodeName")]
+    assert bound, "the Pod was never bound"
+    first = bound[0]["metadata"].get("annotations") or {}
+    assert not [k for k in first if k.startswith("nvidia.com/")], "bound with its annotations already there"
+    last = bound[-1]
+    written = last["metadata"]["annotations"]
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "1000Mi",
+        "1000Mi",
+    )
+    assert rules(sandbox, last) == []  # the annotations themselves are right, only late
+
+
+def test_leak_completed(sandbox: Sandbox, namespace: str, tmp_path: Path) -> None:
+    core = sandbox.core_v1()
+    name = f"{RUN}-leak-completed"
+    with (
+        running_schedulers(sandbox, tmp_path, {name: ("--fault", "leak-completed")}) as procs,
+        pods_on_empty_gpus(core, namespace, name) as pods,
+    ):
+        scheduler = procs[name]
+        for n in ("fill-0", "fill-1"):  # 100000 MiB on each of the eight GPUs
+            pods.create(n, {"gpu-memory": "100000", "gpu-fraction-num-devices": "4"})
+            pods.bound(n)
+        pods.create("waits", {"gpu-memory": "100000"})
+        pods.unschedulable("waits", "no GPU with 100000 MiB free")
+        pods.finish("fill-1")  # Succeeded: a known-good scheduler places "waits" on gpu-a-1 now
+        retries(scheduler)
+        pods.delete("fill-0")  # deleted: and on gpu-a-0
+        retries(scheduler)
+        assert bound_fraction_pods(core) == {}, "every GPU is empty in truth"
+        message = pods.unschedulable("waits", "no GPU with 100000 MiB free")
+        assert "the largest free is 43771 MiB" in message
+        # the rest of its duties stand: what fits beside the phantom guarantees is still placed
+        pods.create("small", {"gpu-memory": "1000"})
+        assert pods.bound("small")["spec"]["nodeName"] == "gpu-a-0"
+
+
+def test_silent_unschedulable(cluster: Pods, schedulers: dict[str, SchedulerProcess]) -> None:
+    pods = under(cluster, "silent-unschedulable")
+    scheduler = schedulers["silent-unschedulable"]
+    pods.create("p", {"gpu-memory": "200000"})  # more than any GPU has
+    line = f"unschedulable {pods.namespace}/p: no GPU with 200000 MiB free"
+    wait_for(lambda: scheduler.lines(line), f"the scheduler to decide {line!r}")
+    retries(scheduler)
+    pod = pods.read("p")
+    assert not pod["spec"].get("nodeName")
+    assert [c for c in pod["status"].get("conditions") or () if c["type"] == "PodScheduled"] == []
+    assert pods.events("p", "FailedScheduling") == []
+
+
+def test_portion_of_wrong_size(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "portion-of-wrong-size")
+    pods.create("p", {"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75"})
+    pod = pods.bound("p")
+    node = node_of(sandbox, pod["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["nvidia.com/gpu.memory"] == "143771"  # 0.5 of it: 71885 MiB
+    written = pod["metadata"]["annotations"]
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "40960Mi",  # 0.5 of 81920
+        "61440Mi",  # 0.75 of 81920
+    )
+    assert written[nv("main", "gpu-compute.portion")] == "0.5"
+    assert rules(sandbox, pod) == []  # well-formed: only the size is wrong
 
 
 def test_every_fault_is_shown_here() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scheduler_helpers import (
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.sandbox
 
 MIB = 143771
 FRACTIONING = "gpu-fractioning.nvidia.com/Ready"
+HOST = "kubernetes.io/hostname"
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +267,72 @@ def test_an_invalid_request_stays_pending_with_the_violation(pods: Pods) -> None
     message = pods.unschedulable("bad")
     assert message.startswith("the Pod's GPU request is invalid: ")
     assert "dialect-conflict" in message
+
+
+# --------------------------------------------------------------------------- the Pod's node constraints
+
+
+@contextmanager
+def node_spec(sandbox: Sandbox, node: str, **spec: Any) -> Iterator[None]:
+    """Set fields of a Node's spec (taints, unschedulable) for the duration, as an operator would."""
+    core = sandbox.core_v1()
+    before = json.loads(core.read_node(node, _preload_content=False).data).get("spec") or {}
+    core.patch_node(node, {"spec": spec})
+    try:
+        yield
+    finally:
+        core.patch_node(node, {"spec": {key: before.get(key) for key in spec}})
+
+
+def required(**term: list[dict[str, Any]]) -> dict[str, Any]:
+    """``spec.affinity`` with one required nodeSelectorTerm."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def test_node_selector_affinity_taints_and_cordons(pods: Pods, sandbox: Sandbox) -> None:
+    # nodeSelector and required affinity, for fractional and whole Pods alike
+    pods.create("sel", {"gpu-fraction": "0.25"}, spec={"nodeSelector": {HOST: "gpu-a-1"}})
+    assert pods.bound("sel")["spec"]["nodeName"] == "gpu-a-1"  # binpack alone: gpu-a-0, first by name
+    not_a1 = required(matchExpressions=[{"key": HOST, "operator": "NotIn", "values": ["gpu-a-1"]}])
+    pods.create("aff", {"gpu-fraction": "0.25"}, spec={"affinity": not_a1})
+    assert pods.bound("aff")["spec"]["nodeName"] == "gpu-a-0"  # binpack alone: beside "sel"
+    by_name = required(matchFields=[{"key": "metadata.name", "operator": "In", "values": ["gpu-a-1"]}])
+    pods.create("whole-aff", spec={"affinity": by_name})
+    assert pods.bound("whole-aff")["spec"]["nodeName"] == "gpu-a-1"
+    pods.create("whole-sel", spec={"nodeSelector": {HOST: "gpu-a-0"}})
+    assert pods.bound("whole-sel")["spec"]["nodeName"] == "gpu-a-0"
+
+    pods.create("nowhere", {"gpu-fraction": "0.25"}, spec={"nodeSelector": {HOST: "nowhere"}})
+    message = pods.unschedulable("nowhere")
+    assert (
+        message
+        == f"0/2 nodes match: 2 do not match the Pod's nodeSelector ({HOST}=nowhere) [gpu-a-0, gpu-a-1]"
+    )
+    assert pods.event("nowhere", "FailedScheduling").message == message
+
+    # a taint on gpu-a-0 (and one that only prefers on gpu-a-1), then a cordon on gpu-a-1
+    taint = {"key": "gpuconf.io/test", "value": "taint", "effect": "NoSchedule"}
+    soft = {"key": "gpuconf.io/soft", "effect": "PreferNoSchedule"}
+    with node_spec(sandbox, "gpu-a-0", taints=[taint]), node_spec(sandbox, "gpu-a-1", taints=[soft]):
+        with node_spec(sandbox, "gpu-a-1", unschedulable=True):
+            pods.create("blocked", {"gpu-fraction": "0.25"})
+            pods.create("blocked-whole")
+            expected = (
+                "0/2 nodes match: 1 is cordoned [gpu-a-1], "
+                "1 has taint gpuconf.io/test=taint:NoSchedule not tolerated [gpu-a-0]"
+            )
+            assert pods.unschedulable("blocked") == expected
+            assert pods.unschedulable("blocked-whole") == expected
+            tolerates = [
+                {"key": "gpuconf.io/test", "operator": "Equal", "value": "taint", "effect": "NoSchedule"}
+            ]
+            pods.create("tolerant", {"gpu-fraction": "0.25"}, spec={"tolerations": tolerates})
+            assert pods.bound("tolerant")["spec"]["nodeName"] == "gpu-a-0"
+        # uncordoned: the Pods waiting go to gpu-a-1 (its PreferNoSchedule taint keeps nothing off),
+        # never to the tainted gpu-a-0
+        assert pods.bound("blocked")["spec"]["nodeName"] == "gpu-a-1"
+        assert pods.bound("blocked-whole")["spec"]["nodeName"] == "gpu-a-1"
+    assert audit(sandbox, pods.namespace) == []
 
 
 # --------------------------------------------------------------------------- spread

@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from enforcement.reflector import Changed, Listed, Reflector
 from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
 from fixtures.sandbox.errors import SandboxError
+from fixtures.scheduler import loop
 from fixtures.scheduler.loop import Scheduler, Settings
 
 
@@ -153,11 +154,15 @@ class FakeCore:
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.binds: list[tuple[str, str]] = []
         self.status: list[str] = []
+        self.events: list[str] = []
+        self.calls: list[str] = []
+        """"patch" and "bind", in the order they were made."""
         self.bind_error = bind_error
         self.bound_after_error = bound_after_error
 
     def patch_namespaced_pod(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> Reply:
         self.patches.append((name, body["metadata"]["annotations"]))
+        self.calls.append("patch")
         return Reply({})
 
     def create_namespaced_pod_binding(
@@ -166,6 +171,7 @@ class FakeCore:
         if self.bind_error is not None:
             raise self.bind_error
         self.binds.append((name, body["target"]["name"]))
+        self.calls.append("bind")
         return Reply({})
 
     def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> Reply:
@@ -178,11 +184,14 @@ class FakeCore:
         return Reply({})
 
     def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> Reply:
+        self.events.append(body["reason"])
         return Reply({})
 
 
-def worker(core: FakeCore, *pods: dict[str, Any], binders: int = 0) -> Scheduler:
-    settings = Settings(name="s", scheduled_events=False, binders=binders)
+def worker(
+    core: FakeCore, *pods: dict[str, Any], binders: int = 0, faults: frozenset[str] = frozenset()
+) -> Scheduler:
+    settings = Settings(name="s", scheduled_events=False, binders=binders, faults=faults)
     scheduler = Scheduler(core, settings, log=lambda _m: None)
     scheduler._apply(Listed("nodes", (NODE,), "1"))
     scheduler._apply(Listed("pods", pods, "2"))
@@ -236,6 +245,112 @@ def test_a_bind_whose_reply_was_lost_counts_as_bound() -> None:
     run_once(scheduler)
     assert len(core.patches) == 1
     assert scheduler.ledger.gpus() == {("n0", "GPU-0"): 600} and "uid-a" not in scheduler.pending
+
+
+def bound(pod: dict[str, Any], annotations: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """``pod`` as the watch shows it once bound to n0, with ``annotations`` merged in."""
+    meta = dict(pod["metadata"])
+    merged = {**meta["annotations"], **(annotations or {})}
+    meta["annotations"] = {k: v for k, v in merged.items() if v is not None}
+    return {**pod, "metadata": meta, "spec": dict(pod["spec"], nodeName="n0")}
+
+
+def test_annotations_are_written_before_the_bind() -> None:
+    core = FakeCore()
+    run_once(worker(core, pending("a")))
+    assert core.calls == ["patch", "bind"]
+
+
+def test_fault_annotate_after_bind_binds_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "LATE_ANNOTATION_S", 0.0)
+    core = FakeCore()
+    scheduler = worker(core, pending("a"), pending("b"), faults=frozenset({"annotate-after-bind"}))
+    run_once(scheduler)
+    assert core.calls == ["bind", "patch"]  # the second Pod does not fit beside the first
+    (_, written), *_ = core.patches
+    assert written["nvidia.com/container.main.gpus.devices"] == "GPU-0"  # the same annotations, late
+    # every other duty stands: while the bare bound Pod shows, its memory stays taken
+    scheduler._apply(Changed("pods", "MODIFIED", bound(pending("a"))))
+    assert scheduler.ledger.gpus() == {("n0", "GPU-0"): 600}
+    scheduler._apply(Changed("pods", "MODIFIED", bound(pending("a"), written)))
+    assert scheduler.ledger.gpus() == {("n0", "GPU-0"): 600} and not scheduler.ledger.is_assumed("uid-a")
+    assert scheduler.reasons["uid-b"].code == "insufficient-memory"
+
+
+def test_fault_annotate_after_bind_rolls_nothing_back_when_the_bind_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(loop, "LATE_ANNOTATION_S", 0.0)
+    core = FakeCore(bind_error=ApiException(status=409, reason="Conflict"))
+    scheduler = worker(core, pending("a"), faults=frozenset({"annotate-after-bind"}))
+    run_once(scheduler)
+    assert core.patches == [] and scheduler._later == {"uid-a"}
+
+
+def feed(scheduler: Scheduler, *events: Changed | Listed) -> None:
+    """Events as the watch delivers them (queued, so freed memory triggers retries), then a round."""
+    for event in events:
+        scheduler.queue.put(event)
+    scheduler._drain(block=False)
+    run_once(scheduler)
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_finished_and_deleted_pods_release_their_memory_unless_leak_completed(leak: bool) -> None:
+    core = FakeCore()
+    faults = frozenset({"leak-completed"} if leak else ())
+    scheduler = worker(core, pending("a"), pending("b"), pending("c"), faults=faults)
+    run_once(scheduler)
+    a = bound(pending("a"), dict(core.patches[0][1]))
+    feed(
+        scheduler,
+        Changed("pods", "MODIFIED", a),
+        Changed("pods", "MODIFIED", {**a, "status": {"phase": "Failed"}}),
+    )
+    if not leak:
+        assert core.binds == [("a", "n0"), ("b", "n0")]
+        b = bound(pending("b"), dict(core.patches[1][1]))
+        feed(scheduler, Changed("pods", "MODIFIED", b), Changed("pods", "DELETED", b))
+        assert core.binds == [("a", "n0"), ("b", "n0"), ("c", "n0")]
+        return
+    assert core.binds == [("a", "n0")]
+    assert scheduler.ledger.gpus() == {("n0", "GPU-0"): 600}
+    # deleted, or gone from a relist: still counted
+    feed(scheduler, Changed("pods", "DELETED", a), Listed("pods", (pending("b"), pending("c")), "9"))
+    assert core.binds == [("a", "n0")] and scheduler.ledger.gpus() == {("n0", "GPU-0"): 600}
+    assert scheduler.reasons["uid-b"].code == "insufficient-memory"
+
+
+@pytest.mark.parametrize("silent", [False, True])
+def test_an_unschedulable_pod_says_why_unless_silent_unschedulable(silent: bool) -> None:
+    core = FakeCore()
+    faults = frozenset({"silent-unschedulable"} if silent else ())
+    scheduler = worker(core, pending("big", "2000"), faults=faults)
+    run_once(scheduler)
+    scheduler.recorder.flush()
+    assert scheduler.reasons["uid-big"].code == "insufficient-memory"  # decided the same way
+    if silent:
+        assert (core.status, core.events) == ([], [])
+    else:
+        assert core.status == [
+            "no GPU with 2000 MiB free: the largest free is 1000 MiB (GPU GPU-0 of node n0)"
+        ]
+        assert core.events == ["FailedScheduling"]
+
+
+def test_a_pod_given_a_toleration_is_tried_again() -> None:
+    tainted = {**NODE, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
+    core = FakeCore()
+    scheduler = Scheduler(core, Settings(name="s", scheduled_events=False, binders=0), log=lambda _m: None)
+    scheduler._apply(Listed("nodes", (tainted,), "1"))
+    scheduler._apply(Listed("pods", (pending("a"),), "2"))
+    run_once(scheduler)
+    assert core.status == ["0/1 nodes match: 1 has taint k:NoSchedule not tolerated [n0]"]
+    tolerant = pending("a")
+    tolerant["spec"]["tolerations"] = [{"key": "k", "operator": "Exists"}]
+    scheduler._apply(Changed("pods", "MODIFIED", tolerant))
+    run_once(scheduler)
+    assert core.binds == [("a", "n0")]
 
 
 def test_a_bad_spec_fails_before_anything_starts(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ reason it must refuse with). The annotations are read back through the contract 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -531,8 +532,48 @@ def test_fault_devices_not_on_node() -> None:
     assert gpus_of(alone)[0].startswith("GPU-00000000-")
 
 
-def test_every_fault_has_a_unit_test_here() -> None:
-    source = open(__file__).read()
+def test_fault_portion_of_wrong_size_sizes_a_portion_for_an_80_gb_gpu() -> None:
+    cluster = two_nodes()
+    asked = {"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75"}
+    placed = cluster.place(pod(asked), faults=["portion-of-wrong-size"])
+    written = placed["metadata"]["annotations"]
+    # 0.5 and 0.75 of 81920 MiB, not of the node's 143771 MiB (label nvidia.com/gpu.memory)
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "40960Mi",
+        "61440Mi",
+    )
+    assert written[nv("main", "gpu-compute.portion")] == "0.5"
+    assert audit_pod(placed, cluster.node_objects["gpu-a-0"]) == []  # well-formed, only the size is wrong
+    # every other duty stands: what it writes must still fit the GPU's real memory
+    small = Cluster(node("small", memory=16384)).decide(
+        pod({"gpu-fraction": "0.5"}), faults=["portion-of-wrong-size"]
+    )
+    assert isinstance(small, Unschedulable) and small.message.startswith("no GPU with 40960 MiB free")
+    # absolute requests are untouched
+    absolute = two_nodes().decide(pod({"gpu-memory": "4096"}), faults=["portion-of-wrong-size"])
+    assert isinstance(absolute, Decision) and absolute.request_mib == 4096
+
+
+def test_fault_leak_completed_never_gives_a_finished_pods_memory_back() -> None:
+    full = held("gpu-a-0", 0, MIB)
+    done = {**full, "status": {"phase": "Succeeded"}}
+    for leak, fits in ((False, True), (True, False)):
+        cluster = Cluster(node("gpu-a-0", gpus=1))
+        cluster.ledger = Ledger(release_finished=not leak)  # how the loop builds it for "leak-completed"
+        cluster.ledger.observe(full, cluster.node_objects["gpu-a-0"])
+        cluster.ledger.observe(done, cluster.node_objects["gpu-a-0"])
+        assert isinstance(cluster.decide(pod({"gpu-memory": "1000"})), Decision) is fits
+    # deleted: the same
+    cluster.ledger.release(f"uid-{full['metadata']['name']}")
+    assert cluster.ledger.gpus() == {("gpu-a-0", "GPU-gpu-a-0-0"): MIB}
+
+
+def test_every_fault_has_a_unit_test() -> None:
+    # here for the decision; in test_scheduler_loop.py for the faults that live in the loop
+    here = Path(__file__).parent
+    source = "".join(
+        (here / f).read_text() for f in ("test_scheduler_placement.py", "test_scheduler_loop.py")
+    )
     assert [name for name in FAULTS if f'"{name}"' not in source] == []
 
 
