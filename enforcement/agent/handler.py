@@ -343,6 +343,7 @@ class AgentCore:
                 self.registry.remove(tracked.client)
                 self._detach(tracked.client)
                 self.log(f"{tracked.ref}: Pod deleted; released {tracked.client}")
+        self.kube.forget_events(pod_uid)
 
     def prune(self, live_uids: set[str], listed_at: float) -> None:
         """After a full list: release containers of Pods the list lacks (deleted while nobody watched).

@@ -17,16 +17,14 @@ Event reasons (all ``Warning``; the runtime records none for the agent's refusal
 | ``GPUFractionEvictionBlocked`` | the Eviction API refused (a PodDisruptionBudget) |
 | ``GPUFenceLost`` | the backend lost a running container's client (device restarted) |
 
-Events are aggregated like the kubelet's recorder: a repeat (same Pod, container, reason and
-message) raises ``count`` on the first Event instead of creating another. Recording is best
-effort and queued: an Event is never worth failing a container for, nor worth making the runtime
-wait for its answer while the API server is slow.
+Events go through ``enforcement.events.EventRecorder`` (the one recorder of every gpuconf
+component): aggregated like the kubelet's recorder, best effort, and queued here, since an Event
+is never worth failing a container for, nor worth making the runtime wait for its answer while the
+API server is slow. What is remembered for aggregation is dropped when the Pod is deleted.
 """
 
 from __future__ import annotations
 
-import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +32,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
+from enforcement.events import NORMAL as NORMAL  # the event types, for the agent's modules
+from enforcement.events import WARNING as WARNING
+from enforcement.events import EventRecorder, InvolvedPod
 from enforcement.hook import ContainerRef
 
 COMPONENT: Final = "gpuconf-node-agent"
@@ -48,9 +49,6 @@ REASON_EVICTION_BLOCKED: Final = "GPUFractionEvictionBlocked"
 REASON_FENCE_LOST: Final = "GPUFenceLost"
 
 EvictOutcome = Literal["evicted", "gone", "blocked"]
-EVENT_QUEUE: Final = 1000
-WARNING: Final = "Warning"
-NORMAL: Final = "Normal"
 
 
 class KubeError(Exception):
@@ -64,6 +62,10 @@ class Kube(Protocol):
 
     def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
         """Record an Event on the Pod (``ref.container`` goes in ``fieldPath``); never raises."""
+        ...
+
+    def forget_events(self, pod_uid: str) -> None:
+        """The Pod is gone: drop what was remembered to aggregate its Events."""
         ...
 
     def set_condition(self, ok: bool, reason: str, message: str) -> None:
@@ -102,12 +104,9 @@ class KubeClient:
         self.core = client.CoreV1Api(api_client)
         self.node = node
         self._log = log
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+        self._events = EventRecorder(self.core, COMPONENT, log, host=node, background=True)
         self._condition: tuple[bool, str, str] | None = None
         self._transition = _now()
-        self._queue: queue.Queue[tuple[ContainerRef, str, str, str]] = queue.Queue(maxsize=EVENT_QUEUE)
-        self._worker: threading.Thread | None = None
 
     def evict(self, ref: ContainerRef) -> EvictOutcome:
         c = self._client_mod
@@ -130,79 +129,15 @@ class KubeClient:
 
     def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
         """Queued, never waited for: a slow API server must not hold up a CreateContainer answer."""
-        with self._lock:
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._drain, name="events", daemon=True)
-                self._worker.start()
-        try:
-            self._queue.put_nowait((ref, kind, reason, message))
-        except queue.Full:
-            self._log(f"Event queue full; dropped {reason} on Pod {ref.namespace}/{ref.pod}: {message[:200]}")
+        pod = InvolvedPod(ref.namespace, ref.pod, ref.pod_uid)
+        self._events.record(pod, kind, reason, message, ref.container)
+
+    def forget_events(self, pod_uid: str) -> None:
+        self._events.forget(pod_uid)
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until the queued Events are written (or ``timeout_s`` passed)."""
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def _drain(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                self._write_event(*item)
-            finally:
-                self._queue.task_done()
-
-    def _write_event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
-        key = (ref.pod_uid, ref.container, reason, message)
-        now = _now()
-        with self._lock:
-            seen = self._seen.get(key)
-            if seen is not None:
-                self._seen[key] = (seen[0], seen[1] + 1)
-        try:
-            if seen is not None:
-                self.core.patch_namespaced_event(
-                    seen[0],
-                    ref.namespace,
-                    {"count": seen[1] + 1, "lastTimestamp": now},
-                    _preload_content=False,
-                )
-                return
-            name = f"{ref.pod}.{secrets.token_hex(8)}"
-            involved: dict[str, Any] = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ref.namespace,
-                "name": ref.pod,
-                "uid": ref.pod_uid,
-            }
-            if ref.container:
-                involved["fieldPath"] = f"spec.containers{{{ref.container}}}"
-            body = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": ref.namespace},
-                "involvedObject": involved,
-                "reason": reason,
-                "message": message[:1024],
-                "type": kind,
-                "source": {"component": COMPONENT, "host": self.node},
-                "reportingComponent": COMPONENT,
-                "reportingInstance": self.node,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
-            self.core.create_namespaced_event(
-                ref.namespace, body, _preload_content=False, _request_timeout=15
-            )
-            with self._lock:
-                self._seen.setdefault(key, (name, 1))
-                if len(self._seen) > 10000:  # a long-lived agent must not remember every Event forever
-                    self._seen.pop(next(iter(self._seen)))
-        except Exception as exc:  # noqa: BLE001 - an Event is never worth failing anything for
-            self._log(f"could not record Event {reason} on Pod {ref.namespace}/{ref.pod}: {_short(exc)}")
+        self._events.flush(timeout_s)
 
     def set_condition(self, ok: bool, reason: str, message: str) -> None:
         now = _now()
@@ -275,6 +210,7 @@ class RecordingKube:
     events: list[RecordedEvent] = field(default_factory=list)
     evictions: list[tuple[ContainerRef, float]] = field(default_factory=list)
     conditions: list[tuple[bool, str, str]] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
     node: dict[str, Any] | None = None
     fail: bool = False
 
@@ -293,6 +229,10 @@ class RecordingKube:
     def event(self, ref: ContainerRef, kind: str, reason: str, message: str) -> None:
         with self._lock:
             self.events.append(RecordedEvent(ref, kind, reason, message))
+
+    def forget_events(self, pod_uid: str) -> None:
+        with self._lock:
+            self.forgotten.append(pod_uid)
 
     def set_condition(self, ok: bool, reason: str, message: str) -> None:
         if self.fail:

@@ -176,8 +176,10 @@ def test_prune_releases_pods_gone_from_a_full_list_but_not_newer_admissions() ->
     admit(agent, "new", placement("main", 16, 16))
     agent.core.prune(live_uids=set(), listed_at=150.0)
     assert [c.name for c in agent.node.snapshot().clients] == ["ns/new/main"]
-    agent.core.forget_pod(next(t.ref.pod_uid for t in agent.core.registry.all()))
+    uid = next(t.ref.pod_uid for t in agent.core.registry.all())
+    agent.core.forget_pod(uid)
     assert agent.node.snapshot().clients == ()
+    assert agent.kube.forgotten == [uid]  # and the Event recorder forgets the deleted Pod
 
 
 def test_health_loop_flips_the_condition_and_reconciles_when_the_backend_returns() -> None:
