@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 import urllib.request
 import uuid
@@ -24,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.samples import Sample
 
 from enforcement.agent import rbac
 from enforcement.agent.kube import CONDITION_TYPE, REASON_EVICTED, REASON_MODE_CONFLICT, REASON_REJECTED
+from enforcement.agent.metrics import parse, sample_value
 from enforcement.agent.testing import AgentProcess, placement
 from enforcement.contract import node_gpu_uuids
 from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, HookClient, RunningContainer
@@ -80,10 +81,15 @@ class Node:
         self.hook.synchronize(list(self.running.values()))
         return self.agent
 
-    def metrics(self) -> str:
+    def metrics(self) -> list[Sample]:
+        """What the agent serves, read by prometheus_client's parser as a scraper reads it."""
         port = self.agent.ready["metrics_port"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            return resp.read().decode()
+            return parse(resp.read().decode())
+
+    def fraction(self, name: str, **labels: str) -> list[Sample]:
+        """The samples of family ``name`` whose labels include ``labels``."""
+        return [s for s in self.metrics() if s.name == name and labels.items() <= s.labels.items()]
 
     def env(self, adjustment: Adjustment) -> dict[str, str]:
         env = dict(os.environ)
@@ -270,12 +276,8 @@ def test_a_borrower_is_evicted_through_the_eviction_api_when_a_guaranteed_neighb
     assert f"Pod {namespace}/guaranteed" in event["message"]
     b_run = b_proc.finish()
     assert b_run.result["status"] == "client-gone", b_run.stdout  # its device calls say it was evicted
-    reaction = float(
-        re.search(
-            r"^gpu_fractioning_agent_last_eviction_reaction_seconds (\S+)$", node.metrics(), re.M
-        ).group(1)
-    )
-    assert 0 <= reaction <= 1.0
+    reaction = sample_value(node.metrics(), "gpu_fractioning_agent_last_eviction_reaction_seconds")
+    assert reaction is not None and 0 <= reaction <= 1.0
     stopped(node, borrower, b_run.exit_code)
     stopped(node, guaranteed)
     core.delete_namespaced_pod("borrower", namespace, grace_period_seconds=0)  # no kubelet to confirm
@@ -318,19 +320,23 @@ def test_metrics_show_the_fraction(node: Node, namespace: str) -> None:
     )
     proc.wait_for("holding")
     uid = pod["metadata"]["uid"]
-    labels = (
-        f'namespace="{namespace}",pod="metered",pod_uuid="{uid}",container="main",'
-        f'gpu_uuid="{node.uuids[3]}",gpu="3"'
+    labels = dict(
+        namespace=namespace, pod="metered", pod_uuid=uid, container="main", gpu_uuid=node.uuids[3], gpu="3"
     )
-    used = f"gpu_fractioning_gpu_memory_used_bytes{{{labels}}} {300 * MIB}"
     # Usage is sampled from the backend on the evictor's cycle: the allocation shows up within one.
-    wait_until("the workload's usage in the metrics", lambda: used in node.metrics())
-    text = node.metrics()
-    assert f"gpu_fractioning_gpu_memory_limit_bytes{{{labels}}} {400 * MIB}" in text
-    assert f"gpu_fractioning_gpu_memory_request_bytes{{{labels}}} {200 * MIB}" in text
+    wait_until(
+        "the workload's usage in the metrics",
+        lambda: sample_value(node.metrics(), "gpu_fractioning_gpu_memory_used_bytes", **labels) == 300 * MIB,
+    )
+    samples = node.metrics()
+    assert sample_value(samples, "gpu_fractioning_gpu_memory_limit_bytes", **labels) == 400 * MIB
+    assert sample_value(samples, "gpu_fractioning_gpu_memory_request_bytes", **labels) == 200 * MIB
     proc.proc.terminate()
     stopped(node, pod, proc.finish().exit_code)
-    wait_until("the fraction gone from the metrics", lambda: f'pod_uuid="{uid}"' not in node.metrics())
+    wait_until(
+        "the fraction gone from the metrics",
+        lambda: not [s for s in node.metrics() if s.labels.get("pod_uuid") == uid],
+    )
 
 
 def test_a_killed_agent_readopts_its_containers_and_resumes_eviction(node: Node, namespace: str) -> None:
@@ -386,7 +392,7 @@ def test_a_killed_agent_readopts_its_containers_and_resumes_eviction(node: Node,
     print(f"evicted {resumed_s:.2f} s after the new agent process started (deletionTimestamp {evicted_at})")
     assert resumed_s < 30.0  # the figure to report comes from the benchmark; this bounds a loaded runner
     # Nothing lost: the guaranteed Pod is still fenced and measured by the new process.
-    assert 'pod="g2"' in node.metrics()
+    assert node.fraction("gpu_fractioning_gpu_memory_request_bytes", pod="g2")
     b_run = b_proc.finish()
     stopped(node, borrower, b_run.exit_code)
     stopped(node, guaranteed)

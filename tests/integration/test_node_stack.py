@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from prometheus_client.samples import Sample
 
+from enforcement.agent.metrics import parse
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 
@@ -256,21 +258,21 @@ def test_agent_metrics_show_the_fraction(stack: Sandbox, ns: str) -> None:
     wait_for(lambda: "running" in state(read(stack, ns, "metered")), "the Pod to run")
     port = int((stack.dir / "nodes" / NODE / "agent-metrics-port").read_text())
 
-    def scrape() -> str:
+    def scrape() -> list[Sample]:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            return resp.read().decode()
+            return parse(resp.read().decode())  # read as a scraper reads it
 
-    line = wait_for(
+    sample = wait_for(
         lambda: [
-            ln
-            for ln in scrape().splitlines()
-            if ln.startswith("gpu_fractioning_gpu_memory_used_bytes{")
-            and 'pod="metered"' in ln
-            and ln.endswith(f" {300 * 1024**2}")  # sampled on the agent's cycle: wait for the value
+            s
+            for s in scrape()
+            if s.name == "gpu_fractioning_gpu_memory_used_bytes"
+            and s.labels.get("pod") == "metered"
+            and s.value == 300 * 1024**2  # sampled on the agent's cycle: wait for the value
         ],
         "the fraction's 300Mi usage in the metrics",
     )[0]
-    assert f'namespace="{ns}"' in line and 'gpu="0"' in line
+    assert sample.labels["namespace"] == ns and sample.labels["gpu"] == "0"
 
 
 def test_every_node_process_is_a_recorded_component(stack: Sandbox) -> None:

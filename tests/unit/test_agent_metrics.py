@@ -1,15 +1,17 @@
-"""Metrics text per fraction and for the agent; served over HTTP; and the deploy manifests' consistency."""
+"""Metrics per fraction and for the agent, read with prometheus_client's parser; served over HTTP
+(text and OpenMetrics); and the deploy manifests' consistency."""
 
 from __future__ import annotations
 
-import re
 import urllib.request
 from pathlib import Path
 
 import yaml
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+from prometheus_client.parser import text_string_to_metric_families
 
 from enforcement.agent import rbac
-from enforcement.agent.metrics import FAMILIES, Metrics, MetricsServer
+from enforcement.agent.metrics import FAMILIES, Metrics, MetricsServer, parse, sample_value
 from enforcement.agent.registry import Registry
 from enforcement.agent.testing import make_pod, placement, sim_agent
 from enforcement.backends import ClientGpuUsage, ClientUsage, GpuUsage, Usage
@@ -17,18 +19,6 @@ from workloads.simwire import SIM_TOKEN_ENV
 
 MIB = 1 << 20
 DEPLOY = Path(__file__).resolve().parents[2] / "enforcement" / "deploy"
-SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (-?[0-9.e+]+)$")
-
-
-def series(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line:
-            continue
-        m = SAMPLE.match(line)
-        assert m, f"not a valid sample line: {line!r}"
-        out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return out
 
 
 def test_per_fraction_series_carry_pod_and_gpu_labels_and_the_right_numbers() -> None:
@@ -38,47 +28,62 @@ def test_per_fraction_series_carry_pod_and_gpu_labels_and_the_right_numbers() ->
     ctx, _ = a.node.open_context(adj.env[SIM_TOKEN_ENV])
     a.node.alloc(ctx, 0, 300 * MIB)
     text = a.core.metrics.render(a.backend.usage(), a.core.registry)
-    values = series(text)
+    samples = parse(text)
     uid, gpu = pod["metadata"]["uid"], a.node.gpus[1].uuid
-    labels = f'{{namespace="ns",pod="p",pod_uuid="{uid}",container="main",gpu_uuid="{gpu}",gpu="1"}}'
-    assert values["gpu_fractioning_gpu_memory_used_bytes" + labels] == 300 * MIB
-    assert values["gpu_fractioning_gpu_memory_limit_bytes" + labels] == 512 * MIB
-    assert values["gpu_fractioning_gpu_memory_request_bytes" + labels] == 256 * MIB
-    assert values[f'gpu_fractioning_node_gpu_memory_used_bytes{{gpu_uuid="{gpu}",gpu="1"}}'] == 300 * MIB
-    assert values["gpu_fractioning_agent_admitted_containers_total"] == 1
-    assert values["gpu_fractioning_agent_fenced_containers"] == 1
-    assert values['gpu_fractioning_agent_evictions_total{reason="pressure"}'] == 0
+    labels = {
+        "namespace": "ns",
+        "pod": "p",
+        "pod_uuid": uid,
+        "container": "main",
+        "gpu_uuid": gpu,
+        "gpu": "1",
+    }
+    assert sample_value(samples, "gpu_fractioning_gpu_memory_used_bytes", **labels) == 300 * MIB
+    assert sample_value(samples, "gpu_fractioning_gpu_memory_limit_bytes", **labels) == 512 * MIB
+    assert sample_value(samples, "gpu_fractioning_gpu_memory_request_bytes", **labels) == 256 * MIB
+    node_used = sample_value(samples, "gpu_fractioning_node_gpu_memory_used_bytes", gpu_uuid=gpu, gpu="1")
+    assert node_used == 300 * MIB
+    assert sample_value(samples, "gpu_fractioning_agent_admitted_containers_total") == 1
+    assert sample_value(samples, "gpu_fractioning_agent_fenced_containers") == 1
+    assert sample_value(samples, "gpu_fractioning_agent_evictions_total", reason="pressure") == 0
     # the simulated device measures no SM utilisation: the family is absent, not a made-up 0
-    assert "gpu_fractioning_gpu_sm_utilization_percent" not in text
-    for name, family in FAMILIES.items():
-        if name in text:
-            assert f"# TYPE {name} {family.kind}" in text
+    assert not [s for s in samples if s.name == "gpu_fractioning_gpu_sm_utilization_percent"]
+    # nor is a reaction time shown before there was an eviction
+    assert sample_value(samples, "gpu_fractioning_agent_last_eviction_reaction_seconds") is None
+    types = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert types and all(types[n.removesuffix("_total")] == f.kind for n, f in FAMILIES.items() if n in text)
 
 
 def test_sm_utilisation_and_label_escaping() -> None:
+    odd = 'odd"name\\with\nnewline'
     usage = Usage(
         (GpuUsage(0, "GPU-x", 1024, 10, 1014, 5, "sm-sharing"),),
-        (
-            ClientUsage(
-                'odd"name',
-                "sm-sharing",
-                {},
-                (ClientGpuUsage("GPU-x", 0, 0, 10, 20, 5, sm_percent=37.5),),
-            ),
-        ),
+        (ClientUsage(odd, "sm-sharing", {}, (ClientGpuUsage("GPU-x", 0, 0, 10, 20, 5, sm_percent=37.5),)),),
     )
-    text = Metrics().render(usage, Registry())
-    assert 'pod="odd\\"name"' in text
-    assert re.search(r"gpu_fractioning_gpu_sm_utilization_percent\{.*\} 37.5$", text, re.M)
+    samples = parse(Metrics().render(usage, Registry()))
+    (sm,) = [s for s in samples if s.name == "gpu_fractioning_gpu_sm_utilization_percent"]
+    assert sm.labels["pod"] == odd and sm.value == 37.5  # escaped on the way out, read back whole
+
+
+def test_counters_and_set_gauges_read_back() -> None:
+    metrics = Metrics()
+    metrics.inc("gpu_fractioning_agent_rejected_containers_total", reason="malformed")
+    metrics.inc("gpu_fractioning_agent_rejected_containers_total", 2, reason="malformed")
+    metrics.set("gpu_fractioning_agent_last_eviction_reaction_seconds", 0.25)
+    assert metrics.value("gpu_fractioning_agent_rejected_containers_total", reason="malformed") == 3
+    assert metrics.value("gpu_fractioning_agent_rejected_containers_total", reason="other") == 0
+    assert metrics.value("gpu_fractioning_agent_last_eviction_reaction_seconds") == 0.25
+    samples = parse(metrics.render(None, Registry()))
+    assert sample_value(samples, "gpu_fractioning_agent_last_eviction_reaction_seconds") == 0.25
 
 
 def test_metrics_render_without_a_backend() -> None:
-    text = Metrics().render(None, Registry())
-    assert "gpu_fractioning_agent_fenced_containers 0" in text
-    assert "gpu_fractioning_gpu_memory_used_bytes" not in text
+    samples = parse(Metrics().render(None, Registry()))
+    assert sample_value(samples, "gpu_fractioning_agent_fenced_containers") == 0
+    assert not [s for s in samples if s.name.startswith("gpu_fractioning_gpu_memory")]
 
 
-def test_metrics_server_serves_text_and_health() -> None:
+def test_metrics_server_serves_text_openmetrics_and_health() -> None:
     a = sim_agent()
     a.core.create_container(make_pod("p", placement("main", 16, 16)), "main")
     server = MetricsServer(
@@ -89,7 +94,14 @@ def test_metrics_server_serves_text_and_health() -> None:
         base = f"http://127.0.0.1:{server.port}"
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
             assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-            assert 'pod="p"' in resp.read().decode()
+            samples = parse(resp.read().decode())
+        limits = [s for s in samples if s.name == "gpu_fractioning_gpu_memory_limit_bytes"]
+        assert [s.labels["pod"] for s in limits] == ["p"]
+        asks = urllib.request.Request(f"{base}/metrics", headers={"Accept": "application/openmetrics-text"})
+        with urllib.request.urlopen(asks, timeout=10) as resp:
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            families = {f.name: f for f in openmetrics_families(resp.read().decode())}
+        assert families["gpu_fractioning_agent_admitted_containers"].samples[0].value == 1
         with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
             assert resp.status == 200
     finally:
