@@ -110,6 +110,16 @@ def sim_agent(
     return SimAgent(core, node, kube, backend)
 
 
+def internal_errors(core: AgentCore) -> int:
+    """How many CreateContainer answers were internal errors (a crash turned into a refusal).
+
+    The agent answers every request, refusing when it crashes (fail closed), so a test that only
+    checks that an answer came, or that a container was refused, cannot tell a refusal from a
+    crash: it asserts this is 0 as well.
+    """
+    return int(core.metrics.value("gpu_fractioning_agent_rejected_containers_total", reason="internal-error"))
+
+
 class AgentProcess:
     """``python -m enforcement.agent`` as a child process, ready once it printed its JSON ready line.
 

@@ -27,7 +27,7 @@ from enforcement.agent.kube import (
 )
 from enforcement.agent.options import AgentOptions
 from enforcement.agent.registry import LABEL_AGENT, LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD, LABEL_UID
-from enforcement.agent.testing import SimAgent, make_pod, placement, sim_agent
+from enforcement.agent.testing import SimAgent, internal_errors, make_pod, placement, sim_agent
 from enforcement.backends import BackendUnavailable
 from enforcement.contract import Fraction, nvidia_key
 from enforcement.hook import REASON_CONFIG_ERROR, ContainerRef
@@ -260,14 +260,17 @@ def test_fail_open_still_refuses_a_mode_conflict() -> None:
     a = sim_agent(options=AgentOptions(node="node-a", fail_open=True))
     assert a.core.create_container(make_pod("a", placement("main", 16, 16)), "main").allowed
     adj = a.core.create_container(make_pod("b", placement("main", 16, 16, mode="sm-sharing")), "main")
-    assert not adj.allowed
+    assert not adj.allowed and "sm-sharing" in adj.message and internal_errors(a.core) == 0
+    rejected = "gpu_fractioning_agent_rejected_containers_total"
+    assert a.core.metrics.value(rejected, reason="mode-conflict") == 1
 
 
 def test_a_broken_pod_document_never_escapes_as_an_exception() -> None:
     a = sim_agent()
     for pod in ({}, {"metadata": "x"}, {"metadata": {"annotations": ["a"]}, "spec": {"containers": "c"}}):
         adj = a.core.create_container(pod, "main")
-        assert adj.allowed in (True, False)
+        assert adj.allowed or adj.reason == REASON_CONFIG_ERROR, adj.message  # decided, not crashed
+    assert internal_errors(a.core) == 0
 
 
 def test_backend_down_refuses_with_create_container_error_and_event() -> None:

@@ -1,9 +1,10 @@
 """Fuzzing annotations through the agent's CreateContainer.
 
 Properties, for any annotations at all (well-formed, malformed, wrong types, unknown containers):
-the agent never raises, always answers with an ``Adjustment``, never starts a container whose
-contract has errors when it fails closed, and whatever it starts fenced is fenced with exactly the
-limits the contract module parsed.
+the agent never raises, always answers with an ``Adjustment`` that is a decision and never an
+internal error (the catch-all that keeps the hook answering would otherwise turn any crash into a
+refusal that passes for one), never starts a container whose contract has errors when it fails
+closed, and whatever it starts fenced is fenced with exactly the limits the contract module parsed.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from enforcement.agent.environment import ENV_LIMIT, ENV_REQUEST
+from enforcement.agent.handler import REASON_CREATE_ERROR
 from enforcement.agent.options import AgentOptions
-from enforcement.agent.testing import make_pod, placement, sim_agent
+from enforcement.agent.testing import internal_errors, make_pod, placement, sim_agent
 from enforcement.contract import NVIDIA_PREFIX, fail_closed_containers, read_placement
 from enforcement.hook import Adjustment
 
@@ -104,6 +106,7 @@ def test_create_container_always_answers_and_never_starts_an_error_when_failing_
         adj = agent.core.create_container(pod, container)
         assert isinstance(adj, Adjustment)
         assert adj.allowed or (adj.reason and adj.message)
+        assert internal_errors(agent.core) == 0, adj.message
         if container in refused:
             if fail_open:
                 assert not adj.env, "a fail-open start is unfenced, not half-fenced"
@@ -139,3 +142,6 @@ def test_any_document_as_a_pod_gets_an_answer(pod: Any) -> None:
     agent = sim_agent()
     adj = agent.core.create_container(pod if isinstance(pod, dict) else {"spec": pod}, "main")
     assert isinstance(adj, Adjustment)
+    # An answer, and a decision: not a crash that the catch-all turned into a refusal.
+    assert internal_errors(agent.core) == 0, adj.message
+    assert adj.allowed or adj.reason != REASON_CREATE_ERROR, adj.message
