@@ -38,9 +38,13 @@ unit: $(STAMP)
 integration: setup
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
+# The same four checks as `tox -e lint` and CI: style, formatting, types (mypy, configured in
+# pyproject.toml), and the import layers (import-linter: the five parts import downward only).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Speed and memory figures (printed as JSON lines); not pass/fail.
 bench: setup
