@@ -6,7 +6,7 @@ CreateContainer for them, runs ``python -m workloads.allocate`` with exactly the
 agent returned, and judges what happened. On a GPU machine it uses the ``mps`` backend and the
 CuPy workload; anywhere, ``--backend sim`` starts a simulated device server and runs on that.
 
-Why a probe beside the conformance suite: the node half of the contract (CONTRACT.md §6-7) can be
+Why a probe beside the conformance suite: the node half of the contract (docs/contract.md §6-7) can be
 validated on one machine before any cluster exists (the first step of seed 000's rollout path),
 and an operator upgrading a driver can run it on the node itself.
 

@@ -2,7 +2,7 @@
 
 The node agent, the reference scheduler, the suite and ``gpuconf lint`` all import this module,
 so "what does this Pod ask for, and what was it given?" has exactly one answer in the project.
-CONTRACT.md §2-4 are the facts; ``enforcement.rules`` is the table of checks; this module turns a
+docs/contract.md §2-4 are the facts; ``enforcement.rules`` is the table of checks; this module turns a
 Pod into typed values plus a list of violations of those rules.
 
 Built so because:
@@ -29,7 +29,7 @@ Public API (other modules code against these):
 ``read_placement(pod) -> (dict[container, Fraction], list[Violation])``
     the scheduler-written keys, as the node agent consumes them.
 ``read_request(pod) -> (FractionRequest | None, list[Violation])``
-    the author's request, in either dialect (CONTRACT §3).
+    the author's request, in either dialect (docs/contract.md §3).
 ``to_absolute(request, gpu_memory_mib, reserve_mib=0) -> (request_mib, limit_mib)``
     portion -> absolute, as the KAI binder computes it.
 ``render_placement(container, fraction) -> dict[str, str]``
@@ -665,7 +665,7 @@ class _RequestView:
 
 
 def read_request(pod: Mapping[str, Any]) -> tuple[FractionRequest | None, list[Violation]]:
-    """The author's request in either dialect (CONTRACT §3), with every request-side violation.
+    """The author's request in either dialect (docs/contract.md §3), with every request-side violation.
 
     The request is None when the Pod asks for no fraction, or when any *error* was found: a
     request with errors is one KAI admission rejects, so there is nothing to schedule. On a bound

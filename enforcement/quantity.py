@@ -19,7 +19,7 @@ up to 954 MiB, never to 953 through a float error.
 
 Decisions, all deliberate:
 
-- **Surrounding whitespace is malformed** (CONTRACT §2), not trimmed.
+- **Surrounding whitespace is malformed** (docs/contract.md §2), not trimmed.
 - **Milli (``m``) is rejected for memory.** ``512m`` is 0.512 *bytes*: sub-byte granularity is
   meaningless for memory, and in practice ``m`` is a typo for ``M`` or ``Mi``. Every milli value
   an author could mean is also below 1 MiB unless it has ten digits or more, so rejecting it

@@ -14,7 +14,7 @@ Individual violations may carry a more specific fix; the statement is the rule i
 Sides:
 
 ``request``
-    what the workload author writes (any Pod or Pod template, bound or not; CONTRACT §2-3);
+    what the workload author writes (any Pod or Pod template, bound or not; docs/contract.md §2-3);
 ``placement``
     what the scheduler must have written on a *bound* Pod (``spec.nodeName`` set; §2, §4);
 ``node``
@@ -335,7 +335,7 @@ class AnnotationKey:
     default: str
 
 
-# The keys of CONTRACT §2-3, in the order a reader meets them. ``<c>`` is the container name.
+# The keys of docs/contract.md §2-3, in the order a reader meets them. ``<c>`` is the container name.
 ANNOTATION_KEYS: Final[tuple[AnnotationKey, ...]] = (
     AnnotationKey(
         "nvidia.com/container.<c>.gpu-memory.request",

@@ -1,10 +1,11 @@
 """The workload's verdict: exit codes, and a result JSON that always fits a termination message.
 
 A Pod's termination message holds at most 4096 bytes and is the one channel that survives the
-container (DESIGN.md: checks judge from it, on any cluster, logs or not). So the result is shaped
-to fit: if the full JSON is larger, long lists are cut to their first items (their length kept
-beside them as ``<key>_total``), long strings are shortened, then the oldest steps are reduced to
-their op and outcome, then dropped, and as a last resort only the verdict remains. The last steps
+container (docs/architecture.md §5: checks judge from it, on any cluster, logs or not). So the
+result is shaped to fit: if the full JSON is larger, long lists are cut to their first items
+(their length kept beside them as ``<key>_total``), long strings are shortened, then the oldest
+steps are reduced to their op and outcome, then dropped, and as a last resort only the verdict
+remains. The last steps
 keep their detail longest, because a run stops at the step that failed. Every stage re-serialises
 and measures, so the output is always one valid JSON object of at most the limit, never a JSON
 text cut in the middle. ``truncated`` says whether anything was left out.

@@ -1,6 +1,6 @@
 """The reference node agent: makes every container on its node obey its GPU-fraction annotations.
 
-It stands where NVIDIA's GPU Fractioning Operator stands on a real node (CONTRACT.md §1, §5): the
+It stands where NVIDIA's GPU Fractioning Operator stands on a real node (docs/contract.md §1, §5): the
 runtime asks it before each container starts (``enforcement.hook``: CreateContainer, StopContainer,
 Synchronize), it reads the scheduler's annotations through ``enforcement.contract`` (the one
 parser), fences the container in a backend (``enforcement.backends``: the simulated device, or

@@ -1,4 +1,4 @@
-"""The environment a fenced container gets: the GPU Fractioning Operator's keys (CONTRACT.md §5).
+"""The environment a fenced container gets: the GPU Fractioning Operator's keys (docs/contract.md §5).
 
 A pure function of the parsed fraction, the resolved GPUs and the backend's own additions, so
 every contract case is a unit test and the probe uses exactly what the agent hands the runtime.

@@ -1,6 +1,6 @@
 """The soft-limit evictor: keeps every GPU's guarantees by evicting borrowers under pressure.
 
-CONTRACT.md §6: usage above the request (the guarantee) is the pressure zone; such a client is an
+docs/contract.md §6: usage above the request (the guarantee) is the pressure zone; such a client is an
 eviction candidate and is evicted only under real memory pressure, and a client within its
 guarantee never is. The backend measures pressure (``Backend.pressure``); this module decides
 and acts:

@@ -1,6 +1,6 @@
 """The agent's settings, and the faults it can be told to commit on purpose.
 
-Faults exist for self-validation (DESIGN.md): a conformance check is only worth something if it
+Faults exist for self-validation (docs/architecture.md §7): a conformance check is only worth something if it
 fails against a broken node, so the reference agent can be broken in named, documented ways and
 the suite (and ``gpuconf probe``) must catch each. A fault never turns on by accident: it is only
 ever set by ``--fault NAME`` or by a test.

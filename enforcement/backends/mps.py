@@ -1,6 +1,6 @@
 """The ``mps`` backend: real GPUs, fenced by NVIDIA MPS and watched through NVML.
 
-What each part of the contract becomes on a real node (CONTRACT.md §5-7):
+What each part of the contract becomes on a real node (docs/contract.md §5-7):
 
 - **hard limit**: the client's ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (the agent puts it in the
   container's environment); the MPS server refuses allocations past it with out-of-memory;

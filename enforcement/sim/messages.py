@@ -5,7 +5,7 @@ runtime that starts simulated containers). They are kept out of ``workloads.simw
 inside workload images: a container has no use for them, and the client socket's codec is built
 without them, so it cannot even decode an admin request.
 
-Memory limits are whole MiB here, as the GPU-fraction contract writes them (CONTRACT.md §2, §5);
+Memory limits are whole MiB here, as the GPU-fraction contract writes them (docs/contract.md §2, §5);
 usage is in bytes, as the device accounts it.
 """
 

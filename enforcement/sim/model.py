@@ -2,7 +2,7 @@
 
 This is the device a simulated container talks to instead of CUDA, and the in-process API tests
 use directly; ``enforcement.sim.server`` puts it behind Unix sockets. It implements the memory
-semantics of CONTRACT.md §6 and the compute modes of §7 exactly, and nothing a real GPU would do
+semantics of docs/contract.md §6 and the compute modes of §7 exactly, and nothing a real GPU would do
 besides (no fragmentation, no driver-reserved memory), so that a check that fails on the simulator
 fails because of what the scheduler or agent did, not because of simulator noise.
 

@@ -3,7 +3,7 @@
 One sandbox with ``node_runtime=True`` (per node: the simulated GPU device, the reference
 agent, the simulated kubelet) and no scheduler: each Pod carries the annotations a scheduler
 would write and is bound through the Binding subresource, as a scheduler binds. What is
-judged is what a real node must do with them (CONTRACT.md §5-6): the hard limit, borrowing
+judged is what a real node must do with them (docs/contract.md §5-6): the hard limit, borrowing
 and its reclaim through the Eviction API, fail-closed refusal, the mode guard, and an agent
 restart that loses nothing.
 """

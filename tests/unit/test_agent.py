@@ -1,6 +1,6 @@
 """The agent's CreateContainer/StopContainer decisions on an in-process simulated node.
 
-Each contract case from CONTRACT.md §2/§5 becomes the environment the container gets, the client
+Each contract case from docs/contract.md §2/§5 becomes the environment the container gets, the client
 the device holds, or a refusal naming key and rule; plus the mode guard and the seeded faults.
 """
 

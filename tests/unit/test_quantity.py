@@ -1,4 +1,4 @@
-"""Kubernetes quantities and GPU memory in whole MiB, value by value (CONTRACT §2)."""
+"""Kubernetes quantities and GPU memory in whole MiB, value by value (docs/contract.md §2)."""
 
 from __future__ import annotations
 
