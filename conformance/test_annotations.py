@@ -1,0 +1,117 @@
+"""Annotations: what the scheduler writes on a fractional container, and when.
+
+The node agent reads the four annotations when the container is created, which can be the instant
+after binding; so they must be on the Pod *when* ``spec.nodeName`` appears, not a moment later.
+The Pod watch of each check sees every change in order, so "at binding" is what the API server
+showed at that resourceVersion.
+"""
+
+from __future__ import annotations
+
+import math
+
+from conformance.expect import limit_and_mode_present, placement_must_be_complete
+from enforcement.contract import SUFFIX_REQUEST, nvidia_key
+from fixtures.checks import check
+from fixtures.suite import Suite, fail
+
+
+@check(
+    id="annotations-at-bind",
+    level="MUST",
+    statement="When a fractional Pod is bound, its fractional container MUST already carry "
+    "nvidia.com/container.<c>.gpu-memory.request and .gpus.devices, keyed by that container's name, "
+    "with values that obey the contract's parsing rules.",
+    profiles=("scheduler",),
+    seed="000/4",
+    each_form=True,
+)
+def test_annotations_at_bind(suite: Suite) -> None:
+    name = suite.scheduled_pod("frac", suite.request(share=0.25, limit_share=0.5))
+    at_bind = suite.must_be_bound(name, "it asks for a quarter of one idle GPU")
+    placed = placement_must_be_complete(suite, name, at_bind)
+    suite.evidence.fact(
+        "placement",
+        {"requestMiB": placed.request_mib, "limitMiB": placed.limit_mib, "devices": list(placed.devices)},
+    )
+
+
+@check(
+    id="annotations-name-the-container",
+    level="MUST",
+    statement="In a Pod with several containers, the scheduler MUST key the annotations by the name of the "
+    "container that asked for the fraction, and MUST NOT write them for a container the Pod does not have.",
+    profiles=("scheduler",),
+    seed="000/4",
+)
+def test_annotations_name_the_container(suite: Suite) -> None:
+    # The fraction is for the second container, named explicitly; the first is a plain sidecar.
+    sidecar = suite.workload("sidecar")
+    app = suite.workload("app")
+    request = suite.request("app", share=0.2, name_container=True)
+    name = suite.scheduled_pod("sidecar-pod", request, [sidecar, app])
+    at_bind = suite.must_be_bound(name, "it asks for a fifth of one idle GPU")
+    placement_must_be_complete(suite, name, at_bind, container="app")
+    stray = [k for k in at_bind.annotations if k.startswith("nvidia.com/container.sidecar.")]
+    if stray:
+        raise fail(f"{name}: the sidecar, which asked for nothing, got {', '.join(stray)}")
+
+
+@check(
+    id="limit-and-mode-at-bind",
+    level="SHOULD",
+    statement="When a fractional Pod is bound, its fractional container SHOULD also carry "
+    "gpu-memory.limit and gpu-compute.mode, so that request, limit, mode and devices stand side by side.",
+    profiles=("scheduler",),
+    seed="000/1",
+)
+def test_limit_and_mode_at_bind(suite: Suite) -> None:
+    name = suite.scheduled_pod("frac", suite.request(share=0.25, limit_share=0.5))
+    at_bind = suite.must_be_bound(name, "it asks for a quarter of one idle GPU")
+    missing = limit_and_mode_present(at_bind)
+    if missing:
+        raise fail(
+            f"{name}: at binding, {', '.join(missing)} missing (the node then assumes limit = request and time-slicing)"
+        )
+
+
+PORTION_RESERVE_MAX = 0.05
+"""How far below portion x GPU memory a converted request may lie: the usable memory a scheduler
+converts against may hold back a reserve (for the driver and the CUDA context), up to this share."""
+
+
+@check(
+    id="portion-conversion",
+    level="MUST",
+    statement="A gpu-fraction request (and its gpu-fraction.limit) MUST become absolute MiB of the chosen GPU's "
+    "memory: portion x the GPU's memory (label nvidia.com/gpu.memory), less at most a documented reserve "
+    "of 5 %, never more.",
+    profiles=("scheduler",),
+    features=("gpu-fraction",),
+    seed="003/4",
+)
+def test_portion_conversion(suite: Suite) -> None:
+    portion, portion_limit = 0.3, 0.45
+    name = suite.scheduled_pod(
+        "portion", suite.request(share=portion, limit_share=portion_limit, form="gpu-fraction")
+    )
+    at_bind = suite.must_be_bound(name, "it asks for 0.3 of one idle GPU")
+    placed = placement_must_be_complete(suite, name, at_bind)
+    memory = suite.node.memory_mib
+    problems = []
+    for what, share, got in (
+        ("request", portion, placed.request_mib),
+        ("limit", portion_limit, placed.limit_mib),
+    ):
+        ceiling = math.floor(memory * share)
+        floor = math.floor(memory * (1 - PORTION_RESERVE_MAX) * share)
+        suite.evidence.fact(
+            f"{what}MiB", {"written": got, "allowed": [floor, ceiling], "portion": share, "gpuMiB": memory}
+        )
+        if not floor <= got <= ceiling:
+            problems.append(
+                f"{what} {got} MiB is not {share} of a {memory} MiB GPU (allowed {floor}..{ceiling} MiB)"
+            )
+    if problems:
+        key = nvidia_key("main", SUFFIX_REQUEST)
+        raise fail(f"{name}: {'; '.join(problems)} ({key}={at_bind.annotations.get(key)})")
