@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from enforcement.backends import Backend
+    from enforcement.contract import Mode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -156,10 +158,17 @@ class Session:
         return int(self.gpus[0].memory_mib)
 
     def admit(self, annotations: Mapping[str, str], name: str = "") -> tuple[dict[str, Any], Any]:
-        from enforcement.agent.testing import make_pod
+        from fixtures import manifests
 
         self._seq += 1
-        pod = make_pod(name or f"probe-{self._seq}", annotations, namespace="gpuconf-probe", node="probe")
+        pod = manifests.pod(
+            name or f"probe-{self._seq}",
+            [manifests.container("main")],
+            namespace="gpuconf-probe",
+            annotations=annotations,
+            node_name="probe",
+            uid=str(uuid.uuid4()),
+        )
         self._pods.append(pod)
         return pod, self.core.create_container(pod, "main")
 
@@ -231,10 +240,12 @@ class Session:
 # ---------------------------------------------------------------------------------------- checks
 
 
-def _placement(request_mib: int, limit_mib: int, devices: Sequence[str] = ("0",), mode: str = "time-slicing"):
-    from enforcement.agent.testing import placement
+def _placement(
+    request_mib: int, limit_mib: int, devices: Sequence[str] = ("0",), mode: Mode = "time-slicing"
+) -> dict[str, str]:
+    from fixtures.manifests import placement_annotations
 
-    return placement("main", request_mib, limit_mib, devices, mode)
+    return placement_annotations("main", request_mib, limit_mib, devices, mode)
 
 
 def _step(result: Mapping[str, Any], op: str) -> dict[str, Any]:
