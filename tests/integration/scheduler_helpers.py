@@ -13,12 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -26,24 +25,11 @@ from kubernetes.client.rest import ApiException
 from enforcement.contract import gpu_loads
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.scheduler import rbac
-
-T = TypeVar("T")
+from fixtures.waiting import wait_until
 
 START_TIMEOUT_S = 60.0
 PLACE_TIMEOUT_S = 30.0
 PREFIX = "nvidia.com/container."
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = PLACE_TIMEOUT_S) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def unique(prefix: str) -> str:
@@ -128,7 +114,7 @@ class Pods:
             pod = self.read(name)
             return pod if pod["spec"].get("nodeName") else None
 
-        return wait_for(probe, f"Pod {self.namespace}/{name} to be bound", timeout)
+        return wait_until(probe, f"Pod {self.namespace}/{name} to be bound", timeout=timeout)
 
     def unschedulable(self, name: str, containing: str = "", timeout: float = PLACE_TIMEOUT_S) -> str:
         """Wait for ``PodScheduled=False`` (reason Unschedulable) whose message contains ``containing``."""
@@ -146,7 +132,9 @@ class Pods:
                         return c["message"]
             return None
 
-        return wait_for(probe, f"Pod {self.namespace}/{name} to be Unschedulable ({containing!r})", timeout)
+        return wait_until(
+            probe, f"Pod {self.namespace}/{name} to be Unschedulable ({containing!r})", timeout=timeout
+        )
 
     def events(self, name: str, reason: str) -> list[client.CoreV1Event]:
         found = self.core.list_namespaced_event(
@@ -155,7 +143,8 @@ class Pods:
         return sorted(found, key=lambda e: e.metadata.creation_timestamp)
 
     def event(self, name: str, reason: str, timeout: float = PLACE_TIMEOUT_S) -> client.CoreV1Event:
-        return wait_for(lambda: self.events(name, reason), f"a {reason} Event for {name}", timeout)[0]
+        found = wait_until(lambda: self.events(name, reason), f"a {reason} Event for {name}", timeout=timeout)
+        return found[0]
 
     def finish(self, name: str) -> None:
         """What a kubelet would do when the container exits 0: phase Succeeded."""
@@ -173,9 +162,10 @@ class Pods:
     def delete_all(self) -> None:
         for name in self.names:
             self.delete(name)
-        wait_for(
+        wait_until(
             lambda: not self.core.list_namespaced_pod(self.namespace).items,
             f"the Pods of {self.namespace} to be gone",
+            timeout=PLACE_TIMEOUT_S,
         )
         self.names.clear()
 
@@ -274,7 +264,7 @@ class SchedulerProcess:
                 )
             return self.ready.exists()
 
-        wait_for(probe, f"scheduler {self.name} to be ready", START_TIMEOUT_S)
+        wait_until(probe, f"scheduler {self.name} to be ready", timeout=START_TIMEOUT_S)
         return self
 
     def text(self) -> str:

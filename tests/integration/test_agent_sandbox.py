@@ -17,7 +17,7 @@ import os
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from enforcement.sim.process import ServerProcess
 from enforcement.sim.testing import short_tempdir
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.processes import free_port
+from fixtures.waiting import wait_until
 from workloads.process import WorkloadProcess
 
 pytestmark = pytest.mark.sandbox
@@ -43,17 +44,6 @@ pytestmark = pytest.mark.sandbox
 NODE = "gpu-a-0"
 MIB = 1 << 20
 WAIT_S = 60.0  # generous: a loaded 2-core runner starts interpreters in seconds
-
-
-def wait_until(what: str, probe: Callable[[], Any], timeout: float = WAIT_S, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
@@ -271,7 +261,9 @@ def test_a_borrower_is_evicted_through_the_eviction_api_when_a_guaranteed_neighb
     evicted = core.read_namespaced_pod("borrower", namespace)
     assert evicted.metadata.deletion_timestamp is not None
     assert core.read_namespaced_pod("guaranteed", namespace).metadata.deletion_timestamp is None
-    (event,) = wait_until("the eviction Event", lambda: events(node.sandbox, borrower, REASON_EVICTED))
+    (event,) = wait_until(
+        lambda: events(node.sandbox, borrower, REASON_EVICTED), "the eviction Event", timeout=WAIT_S
+    )
     assert event["type"] == "Warning" and "above its guarantee" in event["message"]
     assert f"Pod {namespace}/guaranteed" in event["message"]
     b_run = b_proc.finish()
@@ -291,7 +283,9 @@ def test_a_malformed_pod_is_refused_with_an_event_naming_key_and_rule(node: Node
     adjustment = node.hook.create_container(pod, "main")
     assert not adjustment.allowed and adjustment.reason == REASON_CONFIG_ERROR
     assert key in adjustment.message and "[memory-quantity]" in adjustment.message
-    (event,) = wait_until("the refusal Event", lambda: events(node.sandbox, pod, REASON_REJECTED))
+    (event,) = wait_until(
+        lambda: events(node.sandbox, pod, REASON_REJECTED), "the refusal Event", timeout=WAIT_S
+    )
     assert key in event["message"] and "memory-quantity" in event["message"]
     assert event["source"]["component"] == "gpuconf-node-agent"
 
@@ -302,7 +296,9 @@ def test_a_mode_conflict_is_refused_with_an_event_naming_both_pods(node: Node, n
     assert node.hook.create_container(first, "main").allowed
     adjustment = node.hook.create_container(second, "main")
     assert not adjustment.allowed
-    (event,) = wait_until("the mode Event", lambda: events(node.sandbox, second, REASON_MODE_CONFLICT))
+    (event,) = wait_until(
+        lambda: events(node.sandbox, second, REASON_MODE_CONFLICT), "the mode Event", timeout=WAIT_S
+    )
     for word in (f"{namespace}/ts", f"{namespace}/sm", "time-slicing", "sm-sharing"):
         assert word in event["message"]
     stopped(node, first)
@@ -325,8 +321,9 @@ def test_metrics_show_the_fraction(node: Node, namespace: str) -> None:
     )
     # Usage is sampled from the backend on the evictor's cycle: the allocation shows up within one.
     wait_until(
-        "the workload's usage in the metrics",
         lambda: sample_value(node.metrics(), "gpu_fractioning_gpu_memory_used_bytes", **labels) == 300 * MIB,
+        "the workload's usage in the metrics",
+        timeout=WAIT_S,
     )
     samples = node.metrics()
     assert sample_value(samples, "gpu_fractioning_gpu_memory_limit_bytes", **labels) == 400 * MIB
@@ -334,8 +331,9 @@ def test_metrics_show_the_fraction(node: Node, namespace: str) -> None:
     proc.proc.terminate()
     stopped(node, pod, proc.finish().exit_code)
     wait_until(
-        "the fraction gone from the metrics",
         lambda: not [s for s in node.metrics() if s.labels.get("pod_uuid") == uid],
+        "the fraction gone from the metrics",
+        timeout=WAIT_S,
     )
 
 
@@ -384,8 +382,9 @@ def test_a_killed_agent_readopts_its_containers_and_resumes_eviction(node: Node,
     assert g_run.exit_code == 0, g_run.stdout
     core = node.sandbox.core_v1()
     evicted_at = wait_until(
-        "the borrower's eviction",
         lambda: core.read_namespaced_pod("b2", namespace).metadata.deletion_timestamp,
+        "the borrower's eviction",
+        timeout=WAIT_S,
     )
     assert core.read_namespaced_pod("g2", namespace).metadata.deletion_timestamp is None
     resumed_s = time.monotonic() - node.agent.started_at
@@ -400,13 +399,15 @@ def test_a_killed_agent_readopts_its_containers_and_resumes_eviction(node: Node,
 
 
 def test_the_node_condition_follows_the_device(node: Node, namespace: str) -> None:
-    wait_until("Ready=True", lambda: condition(node.sandbox)["status"] == "True")
+    wait_until(lambda: condition(node.sandbox)["status"] == "True", "Ready=True", timeout=WAIT_S)
     held = create_pod(node.sandbox, namespace, "held", placement("main", 64, 64, ("0",)))
     assert node.hook.create_container(held, "main").allowed
     node.running[(held["metadata"]["uid"], "main")] = RunningContainer(ref(held), os.getpid())
     node.server.stop()
     try:
-        down = wait_until("Ready=False", lambda: (c := condition(node.sandbox))["status"] == "False" and c)
+        down = wait_until(
+            lambda: (c := condition(node.sandbox))["status"] == "False" and c, "Ready=False", timeout=WAIT_S
+        )
         assert down["reason"] == "SimulatedDeviceUnavailable"
         plain = node.hook.create_container(create_pod(node.sandbox, namespace, "while-down", {}), "main")
         assert plain.allowed  # a container without a fraction needs no device
@@ -418,8 +419,10 @@ def test_the_node_condition_follows_the_device(node: Node, namespace: str) -> No
     finally:
         # Later modules share gpu-a-0 and expect it Ready: bring the device back whatever happened.
         node.start_server()
-    up = wait_until("Ready=True again", lambda: (c := condition(node.sandbox))["status"] == "True" and c)
+    up = wait_until(
+        lambda: (c := condition(node.sandbox))["status"] == "True" and c, "Ready=True again", timeout=WAIT_S
+    )
     assert up["reason"] == "SimulatedDeviceReady"
     # The restarted device lost every client: the running fenced container is re-fenced and reported.
-    wait_until("the GPUFenceLost Event", lambda: events(node.sandbox, held, "GPUFenceLost"))
+    wait_until(lambda: events(node.sandbox, held, "GPUFenceLost"), "the GPUFenceLost Event", timeout=WAIT_S)
     stopped(node, held)

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,10 @@ from prometheus_client.samples import Sample
 from enforcement.agent.metrics import parse
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
+WAIT_S = 90.0  # a node's processes start on a loaded 2-core runner
 
 NODE = "gpu-a-0"
 GPU_MIB = 143771
@@ -56,15 +58,6 @@ def ns(stack: Sandbox) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
-
-
-def wait_for(probe: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
-    return value
 
 
 def bound_pod(
@@ -118,9 +111,10 @@ def state(pod: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def finished(box: Sandbox, ns: str, name: str) -> dict[str, Any]:
-    pod = wait_for(
+    pod = wait_until(
         lambda: (p := read(box, ns, name)) and p["status"].get("phase") in ("Succeeded", "Failed") and p,
         f"{ns}/{name} to finish",
+        timeout=WAIT_S,
     )
     return pod
 
@@ -155,7 +149,7 @@ def test_borrower_is_evicted_when_a_guaranteed_neighbour_needs_its_memory(stack:
         ],
     }
     bound_pod(stack, ns, "borrower", borrower_plan, request="1Gi", limit=f"{GPU_MIB}Mi", devices="1")
-    wait_for(lambda: "running" in state(read(stack, ns, "borrower")), "the borrower to run")
+    wait_until(lambda: "running" in state(read(stack, ns, "borrower")), "the borrower to run", timeout=WAIT_S)
     time.sleep(0.5)  # let its allocation land before the neighbour asks
     guaranteed_plan = {
         "name": "guaranteed",
@@ -166,7 +160,7 @@ def test_borrower_is_evicted_when_a_guaranteed_neighbour_needs_its_memory(stack:
     pod = finished(stack, ns, "guaranteed")
     assert pod["status"]["phase"] == "Succeeded", result(pod)
     assert result(pod)["held_bytes"] == 64 * 1024**3
-    wait_for(lambda: read(stack, ns, "borrower") is None, "the evicted borrower to be gone")
+    wait_until(lambda: read(stack, ns, "borrower") is None, "the evicted borrower to be gone", timeout=WAIT_S)
     reasons = {e.reason for e in events(stack, ns, "borrower")}
     assert "GPUFractionEvicted" in reasons, reasons
 
@@ -175,18 +169,20 @@ def test_malformed_pod_never_starts_and_says_why(stack: Sandbox, ns: str, tmp_pa
     marker = tmp_path / "ran"
     plan = {"name": "never", "steps": [{"op": "hold", "until_file": str(marker), "seconds": 1}]}
     bound_pod(stack, ns, "malformed", plan, request="1000m", limit="6Gi", devices="0")
-    waiting = wait_for(
+    waiting = wait_until(
         lambda: (
             state(read(stack, ns, "malformed")).get("waiting", {}).get("reason")
             == "CreateContainerConfigError"
             and state(read(stack, ns, "malformed"))["waiting"]
         ),
         "the refusal to show",
+        timeout=WAIT_S,
     )
     assert "nvidia.com/container.app.gpu-memory.request" in waiting["message"]
-    rejected = wait_for(
+    rejected = wait_until(
         lambda: [e for e in events(stack, ns, "malformed") if e.reason == "GPUFractionRejected"],
         "the agent's Event",
+        timeout=WAIT_S,
     )
     assert "gpu-memory.request" in rejected[0].message and "memory-quantity" in rejected[0].message
     pod = read(stack, ns, "malformed")
@@ -200,18 +196,23 @@ def test_mixed_modes_on_one_gpu_are_refused(stack: Sandbox, ns: str) -> None:
         "steps": [{"op": "alloc", "bytes": "1Gi"}, {"op": "hold", "until_signal": "SIGTERM"}],
     }
     bound_pod(stack, ns, "slicer", hold, request="1Gi", limit="2Gi", devices="2", mode="time-slicing")
-    wait_for(lambda: "running" in state(read(stack, ns, "slicer")), "the time-slicing Pod to run")
+    wait_until(
+        lambda: "running" in state(read(stack, ns, "slicer")), "the time-slicing Pod to run", timeout=WAIT_S
+    )
     bound_pod(stack, ns, "sharer", hold, request="1Gi", limit="2Gi", devices="2", mode="sm-sharing")
-    waiting = wait_for(
+    waiting = wait_until(
         lambda: (
             state(read(stack, ns, "sharer")).get("waiting", {}).get("reason") == "CreateContainerConfigError"
             and state(read(stack, ns, "sharer"))["waiting"]
         ),
         "the mode conflict to be refused",
+        timeout=WAIT_S,
     )
     assert "sm-sharing" in waiting["message"] and "time-slicing" in waiting["message"]
-    assert wait_for(
-        lambda: [e for e in events(stack, ns, "sharer") if e.reason == "GPUModeConflict"], "the Event"
+    assert wait_until(
+        lambda: [e for e in events(stack, ns, "sharer") if e.reason == "GPUModeConflict"],
+        "the Event",
+        timeout=WAIT_S,
     )
     assert "running" in state(read(stack, ns, "slicer")), "the Pod already there must be left alone"
 
@@ -228,7 +229,7 @@ def test_agent_killed_mid_run_loses_nothing(stack: Sandbox, ns: str, tmp_path: P
         ],
     }
     bound_pod(stack, ns, "survivor", plan, request="1Gi", limit="2Gi", devices="3")
-    wait_for(lambda: "running" in state(read(stack, ns, "survivor")), "the Pod to run")
+    wait_until(lambda: "running" in state(read(stack, ns, "survivor")), "the Pod to run", timeout=WAIT_S)
     old = json.loads(stack.state_file.read_text())["processes"][f"agent/{NODE}"]
     os.kill(old["pid"], signal.SIGKILL)
     new = stack.restart_component(f"agent/{NODE}", log=print)
@@ -255,14 +256,14 @@ def test_agent_metrics_show_the_fraction(stack: Sandbox, ns: str) -> None:
         "steps": [{"op": "alloc", "bytes": "300Mi"}, {"op": "hold", "until_signal": "SIGTERM"}],
     }
     bound_pod(stack, ns, "metered", plan, request="200Mi", limit="400Mi", devices="0")
-    wait_for(lambda: "running" in state(read(stack, ns, "metered")), "the Pod to run")
+    wait_until(lambda: "running" in state(read(stack, ns, "metered")), "the Pod to run", timeout=WAIT_S)
     port = int((stack.dir / "nodes" / NODE / "agent-metrics-port").read_text())
 
     def scrape() -> list[Sample]:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             return parse(resp.read().decode())  # read as a scraper reads it
 
-    sample = wait_for(
+    sample = wait_until(
         lambda: [
             s
             for s in scrape()
@@ -271,6 +272,7 @@ def test_agent_metrics_show_the_fraction(stack: Sandbox, ns: str) -> None:
             and s.value == 300 * 1024**2  # sampled on the agent's cycle: wait for the value
         ],
         "the fraction's 300Mi usage in the metrics",
+        timeout=WAIT_S,
     )[0]
     assert sample.labels["namespace"] == ns and sample.labels["gpu"] == "0"
 

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from fixtures.noderuntime.containers import container_processes
 from fixtures.noderuntime.layout import ready_file
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.topology import gpu_uuid
+from fixtures.waiting import wait_until
 from workloads.report import ExitCode
 
 pytestmark = pytest.mark.sandbox
@@ -56,17 +57,6 @@ PY = sys.executable
 # ---- helpers -------------------------------------------------------------------------------------
 
 
-def wait_until(probe: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
 def read_pod(core: Any, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)
@@ -81,14 +71,10 @@ def pod_in_phase(core: Any, namespace: str, name: str, *phases: str) -> dict[str
         pod = read_pod(core, namespace, name)
         return pod if pod and pod.get("status", {}).get("phase") in phases else None
 
-    try:
-        return wait_until(probe, f"{namespace}/{name} to reach {'/'.join(phases)}")
-    except AssertionError:
-        pod = read_pod(core, namespace, name)
-        raise AssertionError(
-            f"{namespace}/{name} never reached {'/'.join(phases)}; "
-            f"status: {json.dumps((pod or {}).get('status'))}"
-        ) from None
+    def status() -> str:
+        return f"status: {json.dumps((read_pod(core, namespace, name) or {}).get('status'))}"
+
+    return wait_until(probe, f"{namespace}/{name} to reach {'/'.join(phases)}", TIMEOUT_S, describe=status)
 
 
 def container_status(pod: Mapping[str, Any], name: str = "main") -> dict[str, Any]:
@@ -293,7 +279,9 @@ def runtime(
     rt = RuntimeProcess(proc, work_dir, log)
     try:
         wait_until(
-            lambda: ready_file(work_dir).exists() or proc.poll() is not None, "the runtime to be ready"
+            lambda: ready_file(work_dir).exists() or proc.poll() is not None,
+            "the runtime to be ready",
+            timeout=TIMEOUT_S,
         )
         assert proc.poll() is None, f"runtime exited:\n{rt.log_text()}"
         yield rt
@@ -338,7 +326,9 @@ def test_pod_with_node_name_runs_to_succeeded(core: Any, ns: str, agent: FakeAge
     assert "hello from a simulated container" in (log_dir / "main" / "0.log").read_text()
     assert pod["metadata"]["annotations"]["sandbox.gpuconf.io/runtime"] == "simulated"
     key = f"{ns}/hello/main"
-    wait_until(lambda: agent.count("stop", f"('{key}', 0)"), "StopContainer to reach the agent")
+    wait_until(
+        lambda: agent.count("stop", f"('{key}', 0)"), "StopContainer to reach the agent", timeout=TIMEOUT_S
+    )
     assert agent.count("create", key) == 1
     started = [e for e in events_for(core, ns, "hello") if e["reason"] == "Started"]
     assert started and "simulated" in started[0]["message"]
@@ -415,9 +405,14 @@ def test_refused_container_waits_and_never_runs(core: Any, ns: str, agent: FakeA
     reason = wait_until(
         lambda: (w := waiting_reason(core, ns, "refused")) and w[0] == REASON_CONFIG_ERROR and w,
         "the refusal to show as the waiting state",
+        timeout=TIMEOUT_S,
     )
     assert reason == (REASON_CONFIG_ERROR, annotations[A_MESSAGE])
-    wait_until(lambda: agent.count("create", f"{ns}/refused/main") >= 2, "the runtime to ask the agent again")
+    wait_until(
+        lambda: agent.count("create", f"{ns}/refused/main") >= 2,
+        "the runtime to ask the agent again",
+        timeout=TIMEOUT_S,
+    )
     pod = read_pod(core, ns, "refused")
     assert pod is not None and pod["status"]["phase"] == "Pending"
     assert not marker.exists(), "a refused container ran"
@@ -437,6 +432,7 @@ def test_unreachable_agent_means_not_started_until_it_is_back(
         wait_until(
             lambda: (waiting_reason(core, ns, "no-agent") or ("",))[0] == "CreateContainerError",
             "CreateContainerError while the agent is away",
+            timeout=TIMEOUT_S,
         )
         assert not marker.exists(), "a container started without the agent (unfenced)"
         failed = [e for e in events_for(core, ns, "no-agent") if e["reason"] == "Failed"]
@@ -467,6 +463,7 @@ def test_restarted_agent_is_synchronized_with_running_containers(
     wait_until(
         lambda: any(op == "sync" and wanted in detail for op, detail in agent.calls[mark:]),
         "a Synchronize that lists the running container",
+        timeout=TIMEOUT_S,
     )
 
 
@@ -484,6 +481,7 @@ def test_deletion_sends_sigterm_and_removes_the_pod(
     pids = wait_until(
         lambda: container_processes([container_status(pod)["containerID"].split("://")[1]]),
         "the container's process",
+        timeout=TIMEOUT_S,
     )
     wait_until(
         lambda: (
@@ -491,12 +489,13 @@ def test_deletion_sends_sigterm_and_removes_the_pod(
             in (Path(pod["metadata"]["annotations"][ANNOTATION_LOG_DIR]) / "main" / "0.log").read_text()
         ),
         "the container to install its SIGTERM handler",
+        timeout=TIMEOUT_S,
     )
     core.delete_namespaced_pod("deleted", ns)  # default grace period: 30 s
-    wait_until(lambda: gone(core, ns, "deleted"), "the Pod to be removed")
+    wait_until(lambda: gone(core, ns, "deleted"), "the Pod to be removed", timeout=TIMEOUT_S)
     assert marker.read_text() == "SIGTERM"
     assert not container_processes(list(pids.values()))
-    wait_until(lambda: agent.count("stop", f"('{ns}/deleted/main'"), "StopContainer")
+    wait_until(lambda: agent.count("stop", f"('{ns}/deleted/main'"), "StopContainer", timeout=TIMEOUT_S)
 
 
 def test_grace_period_ends_with_sigkill(core: Any, ns: str) -> None:
@@ -504,10 +503,10 @@ def test_grace_period_ends_with_sigkill(core: Any, ns: str) -> None:
     core.create_namespaced_pod(ns, make_pod("stubborn", [PY, "-c", script], terminationGracePeriodSeconds=1))
     pod = pod_in_phase(core, ns, "stubborn", "Running")
     cid = container_status(pod)["containerID"].split("://")[1]
-    wait_until(lambda: container_processes([cid]), "the container's process")
+    wait_until(lambda: container_processes([cid]), "the container's process", timeout=TIMEOUT_S)
     started = time.monotonic()
     core.delete_namespaced_pod("stubborn", ns)
-    wait_until(lambda: gone(core, ns, "stubborn"), "the Pod to be removed")
+    wait_until(lambda: gone(core, ns, "stubborn"), "the Pod to be removed", timeout=TIMEOUT_S)
     assert time.monotonic() - started >= 0.9  # the grace period was given
     assert not container_processes([cid])
 
@@ -516,10 +515,10 @@ def test_eviction_stops_the_container_and_removes_the_pod(core: Any, ns: str) ->
     core.create_namespaced_pod(ns, make_pod("evicted", ["sleep", "300"], restart="Always"))
     pod = pod_in_phase(core, ns, "evicted", "Running")
     cid = container_status(pod)["containerID"].split("://")[1]
-    wait_until(lambda: container_processes([cid]), "the container's process")
+    wait_until(lambda: container_processes([cid]), "the container's process", timeout=TIMEOUT_S)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="evicted", namespace=ns))
     core.create_namespaced_pod_eviction("evicted", ns, eviction)
-    wait_until(lambda: gone(core, ns, "evicted"), "the evicted Pod to be removed")
+    wait_until(lambda: gone(core, ns, "evicted"), "the evicted Pod to be removed", timeout=TIMEOUT_S)
     assert not container_processes([cid])
 
 
@@ -546,11 +545,14 @@ def test_on_failure_restarts_with_a_restart_count(core: Any, ns: str, tmp_path: 
 def test_crash_loop_shows_crash_loop_back_off(core: Any, ns: str) -> None:
     core.create_namespaced_pod(ns, make_pod("crashy", ["false"], restart="Always"))
     wait_until(
-        lambda: (waiting_reason(core, ns, "crashy") or ("",))[0] == "CrashLoopBackOff", "CrashLoopBackOff"
+        lambda: (waiting_reason(core, ns, "crashy") or ("",))[0] == "CrashLoopBackOff",
+        "CrashLoopBackOff",
+        timeout=TIMEOUT_S,
     )
     pod = wait_until(
         lambda: (p := read_pod(core, ns, "crashy")) and container_status(p)["restartCount"] >= 2 and p,
         "two restarts",
+        timeout=TIMEOUT_S,
     )
     assert pod["status"]["phase"] == "Running"  # Always: between restarts the Pod stays Running
     assert container_status(pod)["lastState"]["terminated"]["exitCode"] == 1
@@ -560,11 +562,14 @@ def test_container_without_command_is_a_run_container_error(core: Any, ns: str) 
     body = make_pod("no-command", [])
     del body["spec"]["containers"][0]["command"]
     core.create_namespaced_pod(ns, body)
-    reason, message = wait_until(lambda: waiting_reason(core, ns, "no-command"), "the waiting state")
+    reason, message = wait_until(
+        lambda: waiting_reason(core, ns, "no-command"), "the waiting state", timeout=TIMEOUT_S
+    )
     if reason != "RunContainerError":
         reason, message = wait_until(
             lambda: (w := waiting_reason(core, ns, "no-command")) and w[0] == "RunContainerError" and w,
             "RunContainerError",
+            timeout=TIMEOUT_S,
         )
     assert "needs an explicit command" in message
     assert read_pod(core, ns, "no-command")["status"]["phase"] == "Pending"
@@ -586,7 +591,9 @@ def test_readiness_waits_for_the_ready_file(core: Any, ns: str, tmp_path: Path) 
     assert ready["Ready"] == "False" and ready["ContainersReady"] == "False"
     go.touch()
     pod = wait_until(
-        lambda: (p := read_pod(core, ns, "readiness")) and container_status(p)["ready"] and p, "readiness"
+        lambda: (p := read_pod(core, ns, "readiness")) and container_status(p)["ready"] and p,
+        "readiness",
+        timeout=TIMEOUT_S,
     )
     assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,10 @@ from fixtures.noderuntime.runtime import RESTARTED_MESSAGE
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.sandbox.topology import gpu_uuid
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
+WAIT_S = 90.0  # a node's processes start on a loaded 2-core runner
 
 NODES = ("gpu-a-0", "gpu-a-1")
 
@@ -41,15 +42,6 @@ class AllowAll:
 
     def synchronize(self, running: list[RunningContainer]) -> None:
         pass
-
-
-def wait_until(probe: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return value
 
 
 def records(box: Sandbox) -> dict[str, processes.ProcessRecord]:
@@ -78,9 +70,9 @@ def running_container(
         fresh = not not_cid or not cs.get("containerID", "").endswith(not_cid)
         return pod if "running" in cs.get("state", {}) and fresh else None
 
-    pod = wait_until(probe, f"{namespace}/{name} to run")
+    pod = wait_until(probe, f"{namespace}/{name} to run", timeout=WAIT_S)
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    wait_until(lambda: container_processes([cid]), "its process")
+    wait_until(lambda: container_processes([cid]), "its process", timeout=WAIT_S)
     return pod, cid
 
 
@@ -134,12 +126,18 @@ def test_up_runs_the_node_side_and_down_leaves_no_process(box: Sandbox) -> None:
         )
         os.kill(runtime.pid, signal.SIGKILL)
         wait_until(
-            lambda: main_pid not in container_processes([cid]), "the container to die with its runtime"
+            lambda: main_pid not in container_processes([cid]),
+            "the container to die with its runtime",
+            timeout=WAIT_S,
         )
         # ... and the next `up` restarts the runtime: it reaps what escaped and restarts the container.
         box.up(log=print)
         assert records(box)["runtime/gpu-a-0"].pid != runtime.pid
-        wait_until(lambda: not container_processes([cid]), "leftovers of the old container to be reaped")
+        wait_until(
+            lambda: not container_processes([cid]),
+            "leftovers of the old container to be reaped",
+            timeout=WAIT_S,
+        )
         pod_now, new_cid = running_container(box, "default", "sleeper", not_cid=cid)
         cs = pod_now["status"]["containerStatuses"][0]
         assert new_cid != cid and cs["restartCount"] == 1

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.nodes import ANNOTATION_GPU_UUIDS, CONDITION_FRACTIONING_READY
 from fixtures.sandbox.topology import gpu_uuid
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -23,15 +24,6 @@ def pod(name: str, node: str | None = None) -> dict:
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def gone(read) -> bool:
@@ -78,12 +70,10 @@ def test_pod_can_be_created_in_a_new_namespace_at_once(sandbox: Sandbox) -> None
     try:
         created = core.create_namespaced_pod(name, pod("first"))  # no wait for the ServiceAccount
         assert created.metadata.namespace == name
-        wait_until(lambda: _has_default_sa(core, name), what="the default ServiceAccount")
+        wait_until(lambda: _has_default_sa(core, name), "the default ServiceAccount")
     finally:
         core.delete_namespace(name)
-    wait_until(
-        lambda: gone(lambda: core.read_namespace(name)), what=f"namespace {name} to finish terminating"
-    )
+    wait_until(lambda: gone(lambda: core.read_namespace(name)), f"namespace {name} to finish terminating")
 
 
 def _has_default_sa(core, namespace: str) -> bool:
@@ -174,7 +164,7 @@ def test_rbac_denies_a_client_without_rights(sandbox: Sandbox, namespace: str) -
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         },
     )
-    wait_until(lambda: _can_list(nobody, namespace), timeout=10, what="the RoleBinding to take effect")
+    wait_until(lambda: _can_list(nobody, namespace), "the RoleBinding to take effect", timeout=10)
     with pytest.raises(ApiException) as err:
         nobody.list_namespaced_pod("default")
     assert err.value.status == 403
@@ -196,5 +186,5 @@ def test_owner_references_are_garbage_collected(sandbox: Sandbox, namespace: str
     core.delete_namespaced_config_map("owner", namespace)
     wait_until(
         lambda: gone(lambda: core.read_namespaced_config_map("child", namespace)),
-        what="the garbage collector to delete the dependent",
+        "the garbage collector to delete the dependent",
     )

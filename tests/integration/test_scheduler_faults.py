@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import watch
 from scheduler_helpers import (
+    PLACE_TIMEOUT_S,
     Pods,
     SchedulerProcess,
     bound_fraction_pods,
@@ -26,12 +27,12 @@ from scheduler_helpers import (
     running_schedulers,
     unique,
     uuids_by_node,
-    wait_for,
 )
 
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.scheduler.faults import FAULTS
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -182,8 +183,10 @@ def test_devices_not_on_node(cluster: Pods, sandbox: Sandbox, gpu: dict[str, lis
 def retries(scheduler: SchedulerProcess, count: int = 2) -> None:
     """Wait until the scheduler has tried its waiting Pods ``count`` more times."""
     before = len(scheduler.lines("retry:"))
-    wait_for(
-        lambda: len(scheduler.lines("retry:")) >= before + count, f"{count} more retries by {scheduler.name}"
+    wait_until(
+        lambda: len(scheduler.lines("retry:")) >= before + count,
+        f"{count} more retries by {scheduler.name}",
+        timeout=PLACE_TIMEOUT_S,
     )
 
 
@@ -249,7 +252,7 @@ def test_silent_unschedulable(cluster: Pods, schedulers: dict[str, SchedulerProc
     scheduler = schedulers["silent-unschedulable"]
     pods.create("p", {"gpu-memory": "200000"})  # more than any GPU has
     line = f"unschedulable {pods.namespace}/p: no GPU with 200000 MiB free"
-    wait_for(lambda: scheduler.lines(line), f"the scheduler to decide {line!r}")
+    wait_until(lambda: scheduler.lines(line), f"the scheduler to decide {line!r}", timeout=PLACE_TIMEOUT_S)
     retries(scheduler)
     pod = pods.read("p")
     assert not pod["spec"].get("nodeName")

@@ -10,10 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scheduler_helpers import Pods, bound_fraction_pods, node_uuids, nv, running_schedulers, unique, wait_for
+from scheduler_helpers import (
+    PLACE_TIMEOUT_S,
+    Pods,
+    bound_fraction_pods,
+    node_uuids,
+    nv,
+    running_schedulers,
+    unique,
+)
 
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.scheduler.placement import MARKER
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -87,5 +96,7 @@ def test_a_stopped_scheduler_exits_cleanly_with_its_figures(
             pods.delete_all()
         scheduler.stop()
         assert scheduler.proc is not None and scheduler.proc.returncode == 0
-        stats = wait_for(lambda: scheduler.lines('{"stats"'), "the figures line at exit")
+        stats = wait_until(
+            lambda: scheduler.lines('{"stats"'), "the figures line at exit", timeout=PLACE_TIMEOUT_S
+        )
         assert '"scheduled": 1' in stats[-1]

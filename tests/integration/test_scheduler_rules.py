@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from scheduler_helpers import (
+    PLACE_TIMEOUT_S,
     Pods,
     SchedulerProcess,
     bound_fraction_pods,
@@ -25,11 +26,11 @@ from scheduler_helpers import (
     running_schedulers,
     unique,
     uuids_by_node,
-    wait_for,
 )
 
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -88,7 +89,7 @@ def test_gpu_fraction_pod_gets_the_annotations_then_the_binding(
     assert [c["status"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"] == ["True"]
     assert "Successfully assigned" in pods.event("frac", "Scheduled").message
     line = f"scheduled {pods.namespace}/frac -> gpu-a-0 [{gpu['gpu-a-0'][0]}]"
-    wait_for(lambda: scheduler.lines(line), f"the log line {line!r}")
+    wait_until(lambda: scheduler.lines(line), f"the log line {line!r}", timeout=PLACE_TIMEOUT_S)
 
 
 def test_absolute_dialect(pods: Pods, gpu: dict[str, list[str]]) -> None:
@@ -201,7 +202,9 @@ def test_insufficient_memory_is_reported_once_and_retried_when_a_pod_finishes(
     assert message == f"no GPU with 100000 MiB free: {largest}"
     assert pods.event("waits", "FailedScheduling").message == message
     retries = len(scheduler.lines("retry:"))
-    wait_for(lambda: len(scheduler.lines("retry:")) >= retries + 2, "two periodic retries")
+    wait_until(
+        lambda: len(scheduler.lines("retry:")) >= retries + 2, "two periodic retries", timeout=PLACE_TIMEOUT_S
+    )
     assert len(pods.events("waits", "FailedScheduling")) == 1, "an Event per attempt, not per reason"
 
     pods.finish("fill-1")  # Succeeded: its share is free again

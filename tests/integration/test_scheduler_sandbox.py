@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from scheduler_helpers import Pods, nv, wait_for
+from scheduler_helpers import PLACE_TIMEOUT_S, Pods, nv
 
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.scheduler import rbac
+from fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -54,7 +55,11 @@ def test_sandbox_runs_the_reference_with_a_fault_and_the_upstream_scheduler(tmp_
         core = box.core_v1()
         core.create_namespace({"metadata": {"name": "wiring"}})
         pods = Pods(core, "wiring", "gpuconf-reference")
-        wait_for(lambda: _default_service_account(core), "the namespace's default ServiceAccount")
+        wait_until(
+            lambda: _default_service_account(core),
+            "the namespace's default ServiceAccount",
+            timeout=PLACE_TIMEOUT_S,
+        )
 
         # the fault is wired: two modes on one GPU
         pods.create("ts", {"gpu-memory": "1000"})

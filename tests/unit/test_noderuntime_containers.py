@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,10 @@ from fixtures.noderuntime.containers import (
     reap_leftovers,
 )
 from fixtures.noderuntime.layout import containers_dir
+from fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(probe: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+WAIT_S = 30.0
 
 
 def spec(tmp_path: Path, *argv: str) -> LaunchSpec:
@@ -63,7 +56,9 @@ def test_what_a_container_forked_dies_with_it(tmp_path: Path) -> None:
     c = launch(s, tmp_path)
     assert c.exited.wait(30)
     child = int((s.cwd / "child.pid").read_text())
-    wait_until(lambda: not alive(child), "the background child to be killed with its container")
+    wait_until(
+        lambda: not alive(child), "the background child to be killed with its container", timeout=WAIT_S
+    )
     assert not container_processes([s.container_id])
 
 
@@ -72,7 +67,7 @@ def test_stop_gives_sigterm_then_sigkill(tmp_path: Path) -> None:
     assert polite.stop(10).returncode == -signal.SIGTERM
     stubborn_spec = spec(tmp_path, "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done")
     stubborn = launch(stubborn_spec, tmp_path)
-    wait_until(lambda: "ready" in stubborn_spec.log.read_text(), "the TERM trap")
+    wait_until(lambda: "ready" in stubborn_spec.log.read_text(), "the TERM trap", timeout=WAIT_S)
     started = time.monotonic()
     assert stubborn.stop(0.5).returncode == -signal.SIGKILL
     assert time.monotonic() - started >= 0.5
@@ -115,14 +110,18 @@ def test_containers_die_with_a_killed_runtime_and_leftovers_are_reaped(tmp_path:
     try:
         assert runtime.stdout is not None
         pid = int(runtime.stdout.readline())
-        wait_until(lambda: len(container_processes([cid])) >= 2, "the container and its child")
+        wait_until(
+            lambda: len(container_processes([cid])) >= 2, "the container and its child", timeout=WAIT_S
+        )
         runtime.kill()  # SIGKILL: no handler runs, only the kernel's parent-death signal
         runtime.wait()
-        wait_until(lambda: not alive(pid), "the container's main process to die with the runtime")
+        wait_until(
+            lambda: not alive(pid), "the container's main process to die with the runtime", timeout=WAIT_S
+        )
         # Its background child escaped the parent-death signal; the next runtime reaps it by record.
         assert container_processes([cid]) and pid not in container_processes([cid])
         assert reap_leftovers(tmp_path, lambda _m: None)
-        wait_until(lambda: not container_processes([cid]), "the leftover to be killed")
+        wait_until(lambda: not container_processes([cid]), "the leftover to be killed", timeout=WAIT_S)
         assert not list(containers_dir(tmp_path).glob("*.json"))
     finally:
         if runtime.poll() is None:
@@ -135,7 +134,7 @@ def test_container_processes_filters_by_directory(tmp_path: Path) -> None:
     s = spec(tmp_path, "sleep", "300")
     c = launch(s, tmp_path)
     try:
-        wait_until(lambda: container_processes([s.container_id]), "the container")
+        wait_until(lambda: container_processes([s.container_id]), "the container", timeout=WAIT_S)
         assert container_processes(under=tmp_path) == {c.pid: s.container_id}
         assert not container_processes(under=tmp_path / "elsewhere")
     finally:

@@ -13,8 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from enforcement.sim.process import ServerProcess, ServerStartError
 from enforcement.sim.server import DeviceServer
 from enforcement.sim.testing import REPO_ROOT, SimNodeHarness, short_tempdir
 from enforcement.sim.topology import gpu_uuid, make_gpus
+from fixtures.waiting import wait_until
 from workloads.simclient import DeviceClient
 from workloads.simwire import (
     MiB,
@@ -145,14 +145,6 @@ def spawn(h: SimNodeHarness, token: str, commands: list[dict[str, Any]]) -> Clie
     return ClientProcess(h.server.client_socket, token, commands)
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting until {what}")
-        time.sleep(0.02)
-
-
 def usage(h: SimNodeHarness) -> dict[str, int]:
     return {c.name: c.gpus[0].used_bytes for c in h.admin.snapshot().clients}
 
@@ -255,7 +247,9 @@ def test_concurrent_client_processes_share_a_gpu_without_breaking_any_limit(harn
         for c in clients:
             c.finish()
     wait_until(
-        lambda: harness.admin.snapshot().gpus[0].used_bytes == 0, "the exited clients' memory is released"
+        lambda: harness.admin.snapshot().gpus[0].used_bytes == 0,
+        "the exited clients' memory is released",
+        timeout=WAIT_S,
     )
 
 
@@ -268,7 +262,9 @@ def test_a_client_process_that_dies_without_freeing_gets_its_memory_released(har
     assert snap.gpus[0].used_bytes == 300 * MiB and pid in snap.pids
     client.proc.kill()  # SIGKILL: no chance to free or close anything
     client.finish()
-    wait_until(lambda: usage(harness)["ns/dies/c"] == 0, "the killed client's memory is released")
+    wait_until(
+        lambda: usage(harness)["ns/dies/c"] == 0, "the killed client's memory is released", timeout=WAIT_S
+    )
     assert harness.admin.snapshot().clients[0].contexts == 0  # still attached: the container may restart
 
 
@@ -282,7 +278,11 @@ def test_a_forked_child_gets_its_own_context_and_its_memory_goes_with_it(harness
     try:
         client.read()
         client.read()
-        wait_until(lambda: usage(harness)["ns/forks/c"] == 10 * MiB, "the child's context is released")
+        wait_until(
+            lambda: usage(harness)["ns/forks/c"] == 10 * MiB,
+            "the child's context is released",
+            timeout=WAIT_S,
+        )
         assert client.read()["used"] == [10 * MiB]  # the parent's connection was never disturbed
     finally:
         client.finish()
