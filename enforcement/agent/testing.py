@@ -1,7 +1,8 @@
-"""Helpers to drive the agent without a cluster: Pods as dicts, an in-process simulated node.
+"""Helpers to drive the agent in tests: an in-process simulated node, the agent as a process.
 
-Shared by the agent's unit tests, the fuzzing, ``gpuconf probe`` and the integration tests, so
-that a Pod built here reads exactly like one the scheduler annotated (``render_placement``).
+Shared by the agent's unit tests, the fuzzing, the integration tests and the benchmark. Pods and
+their placement annotations come from ``fixtures.manifests`` (the one Pod builder); product code
+imports nothing from here (an import-linter contract says so).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import selectors
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,61 +23,6 @@ from enforcement.agent.kube import RecordingKube
 from enforcement.agent.metrics import Metrics
 from enforcement.agent.options import AgentOptions
 from enforcement.backends.sim import SimBackend
-from enforcement.contract import Fraction, render_placement
-
-
-def placement(
-    container: str,
-    request_mib: int,
-    limit_mib: int | None = None,
-    devices: Sequence[str] = ("0",),
-    mode: str = "time-slicing",
-    portion: float | None = None,
-) -> dict[str, str]:
-    """The four annotations (and the portion) a scheduler writes for one container."""
-    fraction = Fraction(
-        container,
-        request_mib,
-        limit_mib if limit_mib is not None else request_mib,
-        mode,  # type: ignore[arg-type]
-        tuple(devices),
-        portion,
-    )
-    return render_placement(container, fraction)
-
-
-def make_pod(
-    name: str,
-    annotations: Mapping[str, Any] | None = None,
-    *,
-    namespace: str = "ns",
-    containers: Sequence[str] = ("main",),
-    node: str = "node-a",
-    uid: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """A bound Pod as a plain dict, the way the runtime hands it to CreateContainer."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid or str(uuid.uuid4()),
-            "annotations": dict(annotations or {}),
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {
-                    "name": c,
-                    "image": "gpuconf-workload:test",
-                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-                }
-                for c in containers
-            ],
-        },
-    }
 
 
 @dataclass

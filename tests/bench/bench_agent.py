@@ -32,11 +32,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from enforcement.agent import rbac  # noqa: E402
-from enforcement.agent.testing import AgentProcess, placement  # noqa: E402
+from enforcement.agent.testing import AgentProcess  # noqa: E402
 from enforcement.contract import node_gpu_uuids  # noqa: E402
 from enforcement.hook import ContainerRef, HookClient, RunningContainer  # noqa: E402
 from enforcement.sim import ADMIN_TOKEN_ENV  # noqa: E402
 from enforcement.sim.process import ServerProcess  # noqa: E402
+from fixtures import manifests  # noqa: E402
+from fixtures.manifests import placement_annotations as placement  # noqa: E402
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
 from fixtures.sandbox.processes import free_port  # noqa: E402
 from workloads.simclient import DeviceClient  # noqa: E402
@@ -64,12 +66,8 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def bound_pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "gpuconf-workload:bench"}]},
-    }
+    main = manifests.container("main", image="gpuconf-workload:bench")
+    return manifests.pod(name, [main], annotations=annotations, node_name=NODE, restart_policy="Always")
 
 
 def read(core: Any, namespace: str, name: str) -> dict[str, Any]:

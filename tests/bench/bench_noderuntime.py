@@ -36,6 +36,7 @@ from benchlib import rss_mib  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from enforcement.hook import Adjustment, ContainerRef, HookServer, RunningContainer  # noqa: E402
+from fixtures import manifests  # noqa: E402
 from fixtures.noderuntime import rbac  # noqa: E402
 from fixtures.noderuntime.layout import ready_file  # noqa: E402
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
@@ -73,14 +74,8 @@ def summary(latencies: list[float]) -> dict[str, Any]:
 
 
 def pod(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": NODE,
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "bench:1", "command": ["sh", "-c", STAMP]}],
-        },
-    }
+    main = manifests.container("main", image="bench:1", command=("sh", "-c", STAMP))
+    return manifests.pod(name, [main], node_name=NODE)
 
 
 def started_at(core: Any, namespace: str, name: str, timeout: float = 120.0) -> float:

@@ -28,12 +28,14 @@ from prometheus_client.samples import Sample
 from enforcement.agent import rbac
 from enforcement.agent.kube import CONDITION_TYPE, REASON_EVICTED, REASON_MODE_CONFLICT, REASON_REJECTED
 from enforcement.agent.metrics import parse, sample_value
-from enforcement.agent.testing import AgentProcess, placement
+from enforcement.agent.testing import AgentProcess
 from enforcement.contract import node_gpu_uuids
 from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, HookClient, RunningContainer
 from enforcement.sim import ADMIN_TOKEN_ENV, SMI_BIN_DIR
 from enforcement.sim.process import ServerProcess
 from enforcement.sim.testing import short_tempdir
+from fixtures import manifests
+from fixtures.manifests import placement_annotations as placement
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.processes import free_port
 from fixtures.waiting import wait_until
@@ -150,15 +152,8 @@ def node(sandbox: Sandbox) -> Iterator[Node]:
 
 def create_pod(sandbox: Sandbox, namespace: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
     core = sandbox.core_v1()
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "nodeName": NODE,
-            "containers": [{"name": "main", "image": "gpuconf-workload:test", "command": ["true"]}],
-        },
-    }
+    main = manifests.container("main", image="gpuconf-workload:test", command=("true",))
+    body = manifests.pod(name, [main], annotations=annotations, node_name=NODE, restart_policy="Always")
     core.create_namespaced_pod(namespace, body)
     return json.loads(core.read_namespaced_pod(name, namespace, _preload_content=False).data)
 

@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import lint
+from fixtures import manifests
 
 pytestmark = pytest.mark.sandbox
 
@@ -30,20 +31,15 @@ def nv(container: str, suffix: str) -> str:
 
 
 def pod(name: str, annotations: dict[str, str], node: str | None = NODE) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "app", "image": "gpuconf/workload:test", "command": ["sleep", "600"]}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if node:
-        spec["nodeName"] = node
-    else:
-        spec["schedulerName"] = NO_SCHEDULER
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": spec,
-    }
+    return manifests.pod(
+        name,
+        [manifests.sleeper("app", 600, image="gpuconf/workload:test")],
+        annotations=annotations,
+        node_name=node,
+        scheduler=None if node else NO_SCHEDULER,
+        restart_policy="Always",
+        grace_seconds=0,
+    )
 
 
 def placed(devices: str, mode: str = "time-slicing", limit: str | None = "2Gi") -> dict[str, str]:

@@ -25,6 +25,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.samples import Sample
 
 from enforcement.agent.metrics import parse
+from fixtures import manifests
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.waiting import wait_until
@@ -77,16 +78,13 @@ def bound_pod(
         KEY + "gpu-compute.mode": mode,
         KEY + "gpus.devices": devices,
     }
-    container = {
-        "name": "app",
-        "image": "gpuconf/workload:test",
-        "command": ["python", "-m", "workloads.allocate"],
-        "args": ["--plan", json.dumps(plan)],
-    }
-    pod = {
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"schedulerName": "by-hand", "restartPolicy": "Never", "containers": [container]},
-    }
+    container = manifests.container(
+        "app",
+        image="gpuconf/workload:test",
+        command=("python", "-m", "workloads.allocate"),
+        args=("--plan", json.dumps(plan)),
+    )
+    pod = manifests.pod(name, [container], annotations=annotations, scheduler="by-hand")
     core = box.core_v1()
     core.create_namespaced_pod(ns, pod)
     binding = client.V1Binding(

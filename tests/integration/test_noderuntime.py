@@ -34,6 +34,7 @@ from enforcement.sim import SIM_SOCKET_ENV, SIM_TOKEN_ENV, SMI_BIN_DIR
 from enforcement.sim.admin import AdminClient, client_spec
 from enforcement.sim.process import ServerProcess
 from enforcement.sim.testing import short_tempdir
+from fixtures import manifests
 from fixtures.noderuntime import ANNOTATION_LOG_DIR, CONTAINER_ID_SCHEME, rbac
 from fixtures.noderuntime.containers import container_processes
 from fixtures.noderuntime.layout import ready_file
@@ -103,14 +104,19 @@ def make_pod(
     container: Mapping[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    main: dict[str, Any] = {"name": "main", "image": "gpuconf/sim-test:1", "command": command}
+    main = manifests.container("main", image="gpuconf/sim-test:1", command=command)
     if env:
-        main["env"] = env
+        main["env"] = env  # as written, valueFrom included
     main.update(container or {})
-    return {
-        "metadata": {"name": name, "labels": {TEST_LABEL: "true"}, "annotations": dict(annotations or {})},
-        "spec": {"nodeName": NODE, "restartPolicy": restart, "containers": [main], **spec},
-    }
+    return manifests.pod(
+        name,
+        [main],
+        annotations=annotations,
+        labels={TEST_LABEL: "true"},
+        node_name=NODE,
+        restart_policy=restart,
+        spec=spec,
+    )
 
 
 def events_for(core: Any, namespace: str, pod: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from fixtures import manifests
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.nodes import ANNOTATION_GPU_UUIDS, CONDITION_FRACTIONING_READY
 from fixtures.sandbox.topology import gpu_uuid
@@ -20,10 +21,8 @@ pytestmark = pytest.mark.sandbox
 
 
 def pod(name: str, node: str | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "main", "image": "gpuconf/workload:test", "command": ["true"]}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    main = manifests.container("main", image="gpuconf/workload:test", command=("true",))
+    return manifests.pod(name, [main], node_name=node, restart_policy="Always")
 
 
 def gone(read) -> bool:

@@ -7,6 +7,7 @@ the device holds, or a refusal naming key and rule; plus the mode guard and the 
 from __future__ import annotations
 
 import pytest
+from agent_pods import make_pod, placement
 
 from enforcement.agent.environment import (
     ENV_LIMIT,
@@ -27,7 +28,7 @@ from enforcement.agent.kube import (
 )
 from enforcement.agent.options import AgentOptions
 from enforcement.agent.registry import LABEL_AGENT, LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD, LABEL_UID
-from enforcement.agent.testing import SimAgent, internal_errors, make_pod, placement, sim_agent
+from enforcement.agent.testing import SimAgent, internal_errors, sim_agent
 from enforcement.backends import BackendUnavailable
 from enforcement.contract import Fraction, nvidia_key
 from enforcement.hook import REASON_CONFIG_ERROR, ContainerRef

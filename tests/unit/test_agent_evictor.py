@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from agent_pods import make_pod, placement
 
 from enforcement.agent.evictor import Evictor, choose_victims
 from enforcement.agent.kube import REASON_EVICTED, REASON_EVICTION_BLOCKED, RecordingKube
 from enforcement.agent.options import AgentOptions
-from enforcement.agent.testing import SimAgent, make_pod, placement, sim_agent
+from enforcement.agent.testing import SimAgent, sim_agent
 from enforcement.backends import Candidate, GpuPressure
 from enforcement.sim.admin import client_spec
 from workloads.simwire import SIM_TOKEN_ENV, SimGone, SimPressure

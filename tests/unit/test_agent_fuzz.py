@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_pods import make_pod, placement
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from enforcement.agent.environment import ENV_LIMIT, ENV_REQUEST
 from enforcement.agent.handler import REASON_CREATE_ERROR
 from enforcement.agent.options import AgentOptions
-from enforcement.agent.testing import internal_errors, make_pod, placement, sim_agent
+from enforcement.agent.testing import internal_errors, sim_agent
 from enforcement.contract import NVIDIA_PREFIX, fail_closed_containers, read_placement
 from enforcement.hook import Adjustment
 

@@ -7,13 +7,14 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from agent_pods import make_pod, placement
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from enforcement.agent import rbac
 from enforcement.agent.metrics import FAMILIES, Metrics, MetricsServer, parse, sample_value
 from enforcement.agent.registry import Registry
-from enforcement.agent.testing import make_pod, placement, sim_agent
+from enforcement.agent.testing import sim_agent
 from enforcement.backends import ClientGpuUsage, ClientUsage, GpuUsage, Usage
 from workloads.simwire import SIM_TOKEN_ENV
 

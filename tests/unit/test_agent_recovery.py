@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from agent_pods import make_pod, placement
 
 from enforcement.agent.agent import HealthLoop
 from enforcement.agent.evictor import Evictor
@@ -12,7 +13,7 @@ from enforcement.agent.handler import AgentCore
 from enforcement.agent.kube import REASON_FENCE_LOST, RecordingKube
 from enforcement.agent.metrics import Metrics
 from enforcement.agent.options import AgentOptions
-from enforcement.agent.testing import SimAgent, make_pod, placement, sim_agent
+from enforcement.agent.testing import SimAgent, sim_agent
 from enforcement.backends import BackendUnavailable, Health
 from enforcement.hook import ContainerRef, RunningContainer
 from enforcement.sim.admin import client_spec

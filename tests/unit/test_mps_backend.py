@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from agent_pods import make_pod, placement
 
 from enforcement.agent.environment import ENV_PINNED_LIMIT, ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE
 from enforcement.agent.evictor import Evictor
@@ -14,7 +15,6 @@ from enforcement.agent.handler import AgentCore
 from enforcement.agent.kube import RecordingKube
 from enforcement.agent.metrics import Metrics
 from enforcement.agent.options import AgentOptions
-from enforcement.agent.testing import make_pod, placement
 from enforcement.backends import (
     AttachRefused,
     Backend,
