@@ -28,6 +28,7 @@ from enforcement.contract import (
     to_absolute,
 )
 from enforcement.rules import RULES
+from fixtures import manifests
 
 UUIDS = tuple(f"GPU-{i}{i}{i}{i}aaaa-0000-0000-0000-00000000000{i}" for i in range(4))
 NODE = {
@@ -65,21 +66,19 @@ def pod(
     name: str = "p",
     phase: str | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": c, "image": "busybox"} for c in containers]}
-    if init:
-        spec["initContainers"] = [{"name": c, "image": "busybox"} for c in init]
-    if whole_gpu:
-        for c in spec["containers"]:
-            if c["name"] == whole_gpu:
-                c["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    if node:
-        spec["nodeName"] = node
-    out: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "annotations": dict(annotations or {})},
-        "spec": spec,
-    }
+    made = [manifests.container(c, image="busybox") for c in containers]
+    for c in made:
+        if c["name"] == whole_gpu:
+            c["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    init_containers = [manifests.container(c, image="busybox") for c in init]
+    out = manifests.pod(
+        name,
+        made,
+        namespace="ns",
+        annotations=annotations,
+        node_name=node,
+        spec={"initContainers": init_containers} if init else None,
+    )
     if phase:
         out["status"] = {"phase": phase}
     return out

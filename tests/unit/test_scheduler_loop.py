@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from enforcement.reflector import Changed, Listed, Reflector
+from fixtures import manifests
 from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
 from fixtures.sandbox.errors import SandboxError
 from fixtures.scheduler import loop
@@ -135,16 +136,16 @@ NODE = {
 
 
 def pending(name: str, memory: str = "600") -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            "annotations": {"gpu-memory": memory},
-        },
-        "spec": {"schedulerName": "s", "containers": [{"name": "main"}]},
-    }
+    made = manifests.pod(
+        name,
+        [manifests.container("main")],
+        namespace="ns",
+        uid=f"uid-{name}",
+        annotations={"gpu-memory": memory},
+        scheduler="s",
+    )
+    made["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # as the API server sets it
+    return made
 
 
 class FakeCore:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fixtures import manifests
 from fixtures.scheduler.constraints import NodeConstraints, Refusal, Taint, node_taints
 from fixtures.scheduler.ledger import Ledger
 from fixtures.scheduler.placement import Decision, NodeInfo, Unschedulable, decide
@@ -51,15 +52,15 @@ def node(
 
 
 def pod(fraction: bool = True, name: str = "p", **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "annotations": {"gpu-memory": "1000"} if fraction else {},
-        },
-        "spec": {"schedulerName": "s", "containers": [{"name": "main"}], **spec},
-    }
+    return manifests.pod(
+        name,
+        [manifests.container("main")],
+        namespace="ns",
+        uid=f"uid-{name}",
+        annotations={"gpu-memory": "1000"} if fraction else None,
+        scheduler="s",
+        spec=spec,
+    )
 
 
 def affinity(*terms: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enforcement.contract import audit_gpus, audit_pod, read_placement
+from fixtures import manifests
 from fixtures.scheduler.faults import FAULTS
 from fixtures.scheduler.ledger import Ledger
 from fixtures.scheduler.placement import MARKER, Decision, NodeInfo, Unschedulable, decide
@@ -59,20 +60,16 @@ def pod(
     name: str = "p",
     containers: Sequence[str] = ("main",),
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": f"uid-{name}",
-            "annotations": dict(annotations or {}),
-        },
-        "spec": {
-            "schedulerName": "s",
-            "containers": [{"name": c, "image": "x"} for c in containers],
-        },
-    }
+    made = manifests.pod(
+        name,
+        [manifests.container(c, image="x") for c in containers],
+        namespace="ns",
+        uid=f"uid-{name}",
+        annotations=annotations,
+        scheduler="s",
+    )
+    made["metadata"].setdefault("annotations", {})  # the binds below merge into it
+    return made
 
 
 def nv(container: str, suffix: str) -> str:
