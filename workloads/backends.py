@@ -9,7 +9,7 @@ is small and maps its own failures onto those errors:
 * ``CupyBackend``: CuPy with its memory pool disabled (``cupy.cuda.set_allocator(None)``), so each
   allocation is one ``cudaMalloc`` of exactly the requested size and each free is immediate; with
   the pool on, freed memory would stay cached and neither ``nvidia-smi`` nor the OOM boundary would
-  match what the workload holds (ANCHORS.md). ``cupy`` is imported only when this backend is built.
+  match what the workload holds. ``cupy`` is imported only when this backend is built.
 
 Selection (``select_backend``): ``sim`` when ``GPUCONF_SIM_SOCKET`` is set, else ``cupy`` when it
 is importable, else a clear ``BackendUnavailable``; ``--backend`` overrides.
