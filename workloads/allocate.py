@@ -50,9 +50,12 @@ from .backends import (
     select_backend,
 )
 from .plan import (
+    DEFAULT_READY_PATH,
+    READY_PATH_ENV,
     AllocStep,
     AllocUntilOomStep,
     ComputeStep,
+    EnvStep,
     FaultStep,
     FreeStep,
     HeartbeatStep,
@@ -60,6 +63,7 @@ from .plan import (
     MemInfoStep,
     Plan,
     PlanError,
+    ReadyStep,
     SmiStep,
     Step,
     TouchStep,
@@ -148,6 +152,8 @@ class Runner:
             SmiStep: self._smi,
             ComputeStep: self._compute,
             FaultStep: self._fault,
+            ReadyStep: self._ready,
+            EnvStep: self._env,
         }
 
     # ---- output
@@ -525,15 +531,19 @@ class Runner:
 
     def _heartbeat(self, step: HeartbeatStep) -> tuple[str, dict[str, Any]]:
         started = time.monotonic()
+        started_at = time.time()
         beats = 0
         last = started
         max_gap = 0.0
+        used_min: dict[int, int] = {}
         while True:
             mem = self.backend.meminfo()  # proves the device still answers; a fault or eviction ends here
             now = time.monotonic()
             beats += 1
             max_gap = max(max_gap, now - last) if beats > 1 else 0.0
             last = now
+            for m in mem:
+                used_min[m.ordinal] = min(used_min.get(m.ordinal, m.used_bytes), m.used_bytes)
             used = ", ".join(f"{m.ordinal}:{_mib(m.used_bytes)}" for m in mem)
             held = _mib(self.held_bytes())
             self.say(f"heartbeat {beats} at {now - started:.2f}s, held {held}, device used [{used}]")
@@ -551,7 +561,28 @@ class Runner:
             "ended_by": ended_by,
             "max_gap_s": round(max_gap, 3),
             "s": round(time.monotonic() - started, 3),
+            # Wall-clock epoch of the first and the last beat: what happened beside this workload
+            # in between (a neighbour's out-of-memory, a fault) happened while it was alive.
+            "first_at": round(started_at, 3),
+            "last_at": round(started_at + (last - started), 3),
+            # The least the device counted as this client's, per device, over every beat: memory a
+            # neighbour took from it would show here.
+            "used_min": [used_min[i] for i in sorted(used_min)],
         }
+
+    def _ready(self, step: ReadyStep) -> tuple[str, dict[str, Any]]:
+        path = step.path or self._environ.get(READY_PATH_ENV) or DEFAULT_READY_PATH
+        try:
+            with open(path, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as exc:
+            raise StepError(f"cannot write the ready file {path}: {exc}") from None
+        self.say(f"ready ({path})")
+        return "ok", {"path": path, "at": round(time.time(), 3)}
+
+    def _env(self, step: EnvStep) -> tuple[str, dict[str, Any]]:
+        values = {name: self._environ.get(name) for name in step.names}
+        return "ok", {"env": values}
 
     def _meminfo(self, step: MemInfoStep) -> tuple[str, dict[str, Any]]:
         mem = self.backend.meminfo()

@@ -9,8 +9,8 @@ workload exits with its plan-error code instead of running half a plan.
 Sizes are byte counts or Kubernetes-style quantities (``"512Mi"``, ``"1Gi"``, ``"1G"``).
 
 Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``hold``, ``free``, ``meminfo``,
-``smi``, ``compute``, ``fault``, ``heartbeat``. Every step takes ``expect``: ``ok`` (the default) or
-``any`` (record a failure and go on); ``alloc`` also takes ``oom`` and ``pressure``.
+``smi``, ``compute``, ``fault``, ``heartbeat``, ``ready``, ``env``. Every step takes ``expect``: ``ok``
+(the default) or ``any`` (record a failure and go on); ``alloc`` also takes ``oom`` and ``pressure``.
 """
 
 from __future__ import annotations
@@ -333,6 +333,49 @@ class FaultStep:
         return cls(device=f.integer("device", 0), expect=f.expect(("ok",)))
 
 
+READY_PATH_ENV = "GPUCONF_READY_PATH"
+DEFAULT_READY_PATH = "/tmp/gpuconf-ready"
+"""Where ``ready`` marks the container ready: the runtime's convention (``GPUCONF_READY_PATH``, the
+sandbox's simulated kubelet sets it) or this file, which a readiness probe tests for."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ReadyStep:
+    """Mark the container ready (a file its readiness probe looks for): "what came before is done".
+
+    A check waits for the Pod's Ready condition instead of guessing how long the steps before it
+    take: the only way to order one Pod's steps against another's on any cluster, logs or not.
+    """
+
+    OP: ClassVar[str] = "ready"
+    path: str | None = None  # None: $GPUCONF_READY_PATH, else DEFAULT_READY_PATH
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> ReadyStep:
+        return cls(path=f.text("path"), expect=f.expect())
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """Record the values of the named environment variables (null for an unset one)."""
+
+    OP: ClassVar[str] = "env"
+    names: tuple[str, ...] = ()
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> EnvStep:
+        raw = f._get("names")
+        if not isinstance(raw, list) or not raw:
+            raise PlanError(f"{f.where}.names: expected a non-empty list of variable names, got {raw!r}")
+        for i, name in enumerate(raw):
+            if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+                raise PlanError(f"{f.where}.names[{i}]: {name!r} is not an environment variable name")
+        return cls(names=tuple(raw), expect=f.expect())
+
+
 Step = (
     AllocStep
     | AllocUntilOomStep
@@ -344,6 +387,8 @@ Step = (
     | SmiStep
     | ComputeStep
     | FaultStep
+    | ReadyStep
+    | EnvStep
 )
 STEP_TYPES: tuple[type[Step], ...] = (
     AllocStep,
@@ -356,6 +401,8 @@ STEP_TYPES: tuple[type[Step], ...] = (
     ComputeStep,
     FaultStep,
     HeartbeatStep,
+    ReadyStep,
+    EnvStep,
 )
 _BY_OP: dict[str, type[Step]] = {t.OP: t for t in STEP_TYPES}
 
