@@ -45,11 +45,16 @@ class Victim:
 
 
 def choose_victims(
-    pressures: Iterable[GpuPressure], skip: Iterable[str] = (), *, evict_guaranteed: bool = False
+    pressures: Iterable[GpuPressure],
+    skip: Iterable[str] = (),
+    *,
+    evict_guaranteed: bool = False,
+    without_pressure: bool = False,
 ) -> list[Victim]:
     """Whom to evict now (see the module docstring). ``skip``: clients not to choose this round.
 
-    ``evict_guaranteed`` is the seeded fault of the same name: it picks the waiting clients.
+    ``evict_guaranteed`` and ``without_pressure`` are the seeded faults ``evict-guaranteed`` (it
+    picks the waiting clients) and ``evict-without-pressure`` (every borrower, pressure or not).
     """
     skipped = set(skip)
     chosen: list[Victim] = []
@@ -69,6 +74,22 @@ def choose_victims(
                         (),
                     )
                 )
+        if without_pressure and not p.under_pressure:
+            for c in p.candidates:
+                if c.overage_bytes > 0 and c.client not in skipped and c.client not in taken:
+                    taken.add(c.client)
+                    chosen.append(
+                        Victim(
+                            c.client,
+                            p.uuid,
+                            "pressure",
+                            c.used_bytes,
+                            c.guarantee_bytes,
+                            c.hard_limit_bytes,
+                            (),
+                        )
+                    )
+            continue
         if not p.under_pressure:
             continue
         if evict_guaranteed:
@@ -140,7 +161,12 @@ class Evictor:
             else:
                 self._pressure_since.pop(p.uuid, None)
         skip = {c for c, at in self._retry_at.items() if at > now}
-        victims = choose_victims(pressures, skip, evict_guaranteed=core.options.has("evict-guaranteed"))
+        victims = choose_victims(
+            pressures,
+            skip,
+            evict_guaranteed=core.options.has("evict-guaranteed"),
+            without_pressure=core.options.has("evict-without-pressure"),
+        )
         done: list[Victim] = []
         waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
         for victim in victims:

@@ -188,7 +188,10 @@ class AgentCore:
                 return self._backend_down(ref, exc)
             self.registry.put(Tracked(ref, name, fraction, gpus, self.clock()))
         self.metrics.inc("gpu_fractioning_agent_admitted_containers_total")
-        env = enforcement_env(fraction, gpus, self.backend.pipe_directory(fraction.mode), attachment.env)
+        visible = gpus
+        if self.options.has("wrong-visible-devices"):
+            visible = self._visible_with_faults(gpus, node_gpus)
+        env = enforcement_env(fraction, visible, self.backend.pipe_directory(fraction.mode), attachment.env)
         return Adjustment(True, env=env)
 
     def _attach(self, request: ClientRequest) -> Any:
@@ -244,7 +247,15 @@ class AgentCore:
             fraction = dataclasses.replace(fraction, limit_mib=max(whole, fraction.request_mib))
         if opts.has("no-borrowing"):
             fraction = dataclasses.replace(fraction, limit_mib=fraction.request_mib)
+        if opts.has("ignore-mode"):
+            fraction = dataclasses.replace(fraction, mode="time-slicing")
         return fraction, gpus
+
+    def _visible_with_faults(self, gpus: tuple[str, ...], node_gpus: tuple[GpuInfo, ...]) -> tuple[str, ...]:
+        """Seeded fault ``wrong-visible-devices``: name the node's other GPUs (or the same ones
+        in another order), so the environment disagrees with the fence."""
+        others = tuple(g.uuid for g in node_gpus if g.uuid not in gpus)
+        return others[: len(gpus)] if len(others) >= len(gpus) else tuple(reversed(gpus))
 
     def _mode_conflict(
         self, name: str, fraction: Fraction, gpus: Iterable[str]
@@ -269,6 +280,8 @@ class AgentCore:
     def _malformed(self, ref: ContainerRef, problems: list[Problem]) -> Adjustment:
         self._release_previous(ref)
         text = self._refusal_text(ref, problems)
+        if self.options.has("fail-open-silently"):
+            return Adjustment(True)  # seeded fault: unfenced, and nobody is told
         if self.options.fails_open:
             self.metrics.inc("gpu_fractioning_agent_unfenced_containers_total")
             message = f"{text}; started WITHOUT GPU enforcement (the node agent runs fail-open)"

@@ -16,11 +16,15 @@ FAULTS: Final[dict[str, str]] = {
     "no-borrowing": "applies the request as the hard limit: no burst up to the limit",
     "no-eviction": "the evictor never evicts anyone",
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
+    "evict-without-pressure": "the evictor evicts every borrower above its request, pressure or not",
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
+    "ignore-mode": "every container runs time-slicing, whatever its gpu-compute.mode asks",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
+    "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the ones the container is fenced on",
     "no-release": "a stopped container's memory and guarantee are never released",
     "no-recovery": "a restarted agent adopts nothing the backend still holds",
     "fail-open": "a malformed contract starts the container unfenced (as --fail-open)",
+    "fail-open-silently": "a malformed contract starts the container unfenced, with no Event saying so",
 }
 
 
@@ -55,4 +59,4 @@ class AgentOptions:
 
     @property
     def fails_open(self) -> bool:
-        return self.fail_open or self.has("fail-open")
+        return self.fail_open or self.has("fail-open") or self.has("fail-open-silently")
