@@ -1,9 +1,13 @@
 """The agent process: backend, hook server, evictor, node condition, Pod watch and metrics, wired.
 
 ``python -m enforcement.agent --node NAME --kubeconfig PATH --backend sim --sim-dir DIR
---hook-socket PATH [--metrics-port PORT] [--fail-open] [--sim-admin-token-env NAME]`` (the sandbox's
-node wiring starts it exactly so); on a real cluster it runs in the DaemonSet of
-``enforcement/deploy`` with ``--backend mps`` and the in-cluster service account.
+--hook-socket PATH [--metrics-port PORT] [--fail-open] [--sim-admin-token-env NAME]
+[--announce-restart-hook]`` (the sandbox's node wiring starts it so); on a real cluster it runs in
+the DaemonSet of ``enforcement/deploy`` with ``--backend mps`` and the in-cluster service account.
+
+Run as a plain process (not a Pod), ``--announce-restart-hook`` makes it re-execute itself on
+SIGHUP (a full restart that keeps the pid) and say so on its Node (``enforcement.agent.restart``):
+that is how the suite's agent-restart check restarts an agent that has no Pod to delete.
 
 Start order, and why:
 
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from enforcement.agent import kube as k
+from enforcement.agent import restart
 from enforcement.agent.evictor import Evictor
 from enforcement.agent.handler import AgentCore
 from enforcement.agent.metrics import Metrics, MetricsServer
@@ -245,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--evict-interval", type=float, default=0.1, metavar="S", help="pressure poll interval")
     p.add_argument(
+        "--announce-restart-hook",
+        action="store_true",
+        help="for an agent run as a local process, not a Pod: re-execute on SIGHUP and announce that on the "
+        f"Node (annotation {restart.ANNOTATION})",
+    )
+    p.add_argument(
         "--fault",
         action="append",
         default=[],
@@ -267,7 +278,30 @@ def make_backend(args: argparse.Namespace) -> Backend:
     return MpsBackend.create(args.mps_root)
 
 
+def announce_restart_hook(kube: k.KubeClient, log: Callable[[str], None]) -> restart.RestartHook | None:
+    """Write this start's restart hook on the Node (a few tries: the API may be slow at boot)."""
+    hook = restart.this_process()
+    for attempt in range(5):
+        try:
+            kube.annotate_node(restart.ANNOTATION, hook.to_json())
+            return hook
+        except k.KubeError as exc:
+            log(f"could not announce the restart hook ({exc}); attempt {attempt + 1} of 5")
+            time.sleep(1.0)
+    return None
+
+
+def reexecute(argv: Sequence[str], log: Callable[[str], None]) -> None:
+    """Replace this process with a fresh agent on the same command line (does not return)."""
+    command = [sys.executable, "-m", "enforcement.agent", *argv]
+    log("restarting: re-executing the agent (" + " ".join(command[:4]) + " ...)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     log = make_log(args.node)
     try:
@@ -304,17 +338,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         log=log,
     )
     stopping = threading.Event()
+    restarting = threading.Event()
 
-    def on_signal(_signum: int, _frame: object) -> None:
-        stopping.set()  # only an Event: the main thread may hold a lock a handler would need
+    def on_signal(signum: int, _frame: object) -> None:
+        # Only Events: the main thread may hold a lock a handler would need.
+        if signum == signal.SIGHUP:
+            restarting.set()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.announce_restart_hook:
+        signal.signal(signal.SIGHUP, on_signal)
     try:
         ready = agent.start()
     except OSError as exc:
         print(f"gpuconf-agent: cannot serve the hook socket {args.hook_socket}: {exc}", file=sys.stderr)
         return 2
+    if args.announce_restart_hook:
+        hook = announce_restart_hook(kube, log)
+        ready["incarnation"] = hook.incarnation if hook else None
     print(json.dumps(ready), flush=True)
     log(
         f"serving node {args.node} on {args.hook_socket} ({backend.name} backend, adopted {ready['adopted']})"
@@ -323,4 +366,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     log("stopping (containers keep running; their fences stay for the next agent to adopt)")
     agent.stop()
+    if restarting.is_set():
+        reexecute(argv, log)
     return 0

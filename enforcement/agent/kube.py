@@ -164,6 +164,19 @@ class KubeClient:
             raise KubeError(f"patching Node {self.node} status: {_short(exc)}") from None
         self._condition = state
 
+    def annotate_node(self, key: str, value: str) -> None:
+        """Set one annotation on the agent's Node, through ``nodes/status`` (the one Node write its
+        role grants; a status update may carry metadata). Raises ``KubeError``."""
+        try:
+            self.core.patch_node_status(
+                self.node,
+                {"metadata": {"annotations": {key: value}}},
+                _preload_content=False,
+                _request_timeout=15,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure is a KubeError the caller retries
+            raise KubeError(f"annotating Node {self.node}: {_short(exc)}") from None
+
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         import json
 
