@@ -4,6 +4,13 @@ Everything that shows a result (the terminal lines and summary, the per-check JS
 renderings that build on them) reads these values; nothing renders from pytest's own reports. The
 pytest plugin fills the model on the controller, so it is whole under pytest-xdist.
 
+What else the model holds, beside each check's result: the implementation under test as the run
+saw it (``Environment``: scheduler, node agent and backend, GPUs, driver, CUDA and Kubernetes
+versions where the nodes say), the catalog's profiles and features (``Catalog``), and who submits
+the report (``Implementation``, given as options; required only for a ConformanceReport meant as a
+submission). Every field added after the first release has a default, so older ``run.json`` files
+still load. ``source`` says whether a record comes from ``gpuconf run`` or ``gpuconf probe``.
+
 Outcomes: ``passed``, ``failed`` (the implementation broke the rule), ``skipped`` (a feature it
 does not support, with the reason) and ``error`` (the suite could not judge). Exit codes follow
 from them: 0 when no MUST check failed or errored, 1 when a MUST check failed, 3 when none failed
@@ -14,10 +21,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 Outcome = Literal["passed", "failed", "skipped", "error"]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("passed", "failed", "skipped", "error")
@@ -26,6 +33,71 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_NOT_JUDGED: Final = 3
 SCHEMA: Final = "gpuconf.io/v1alpha1"
+Source = Literal["run", "probe"]
+_T = TypeVar("_T")
+
+
+def gpuconf_version() -> str:
+    """The installed gpuconf's version (``0+unknown`` when run from a tree that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuconf")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _known(cls: type[_T], data: dict[str, Any] | None) -> _T:
+    """``cls(**data)`` with only the fields ``cls`` has: a newer writer's extra keys do not break a read."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+@dataclass
+class Implementation:
+    """Who submits the report: given as options (``--organization`` ...), required for a submission."""
+
+    organization: str = ""
+    project: str = ""
+    url: str = ""
+    version: str = ""
+    contact: list[str] = field(default_factory=list)
+
+    def missing(self) -> list[str]:
+        """The fields a submission needs and this one lacks."""
+        return [f.name for f in fields(self) if not getattr(self, f.name)]
+
+
+@dataclass
+class Environment:
+    """The implementation under test and where it ran, as far as the run could tell (empty: unknown)."""
+
+    scheduler_name: str = ""
+    scheduler_version: str = ""
+    node_agent: str = ""
+    """The node agent's name (``gpuconf-reference-agent``, a vendor's), when known."""
+    agent_backend: str = ""
+    """How the agent enforces: ``sim``, ``mps``, a vendor's."""
+    simulated: bool | None = None
+    """Whether the GPUs are simulated (the embedded sandbox, ``gpuconf probe --backend sim``)."""
+    gpu_product: str = ""
+    gpu_count: int = 0
+    """GPUs across the nodes the run could use."""
+    gpu_memory_mib: int = 0
+    """Memory of one GPU (the first node's)."""
+    driver_version: str = ""
+    cuda_version: str = ""
+    kubernetes_version: str = ""
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per GPU node: name, gpus, memoryMiB, product, and whatever else the run read."""
+
+
+@dataclass
+class Catalog:
+    """The catalog the run judged against: its profiles and features (name: description)."""
+
+    profiles: list[str] = field(default_factory=list)
+    features: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,6 +123,15 @@ class CheckResult:
     evidence: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     nodeid: str = ""
+    rules: list[str] = field(default_factory=list)
+    """The contract rules (``enforcement.rules`` ids) this check judges; empty: the report's default table."""
+    figures: dict[str, float] = field(default_factory=dict)
+    """Named measurements a later run is compared on (``reports.figures``: eviction seconds, boundary
+    error, throughput per mode, density); more are derived from the evidence."""
+    started: float = 0.0
+    """Epoch seconds when the check began (0: unknown)."""
+    source: str = ""
+    """Where the judged object came from, ``path:line`` (``gpuconf lint``); empty for cluster checks."""
 
     def line(self) -> str:
         """What ``gpuconf run`` prints as the check finishes."""
@@ -75,6 +156,13 @@ class RunRecord:
     results: list[CheckResult]
     preflight: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    source: Source = "run"
+    environment: Environment = field(default_factory=Environment)
+    catalog: Catalog = field(default_factory=Catalog)
+    implementation: Implementation = field(default_factory=Implementation)
+    gpuconf_version: str = field(default_factory=gpuconf_version)
+    directory: Path | None = field(default=None, compare=False, repr=False)
+    """Where the record was loaded from (evidence files are found relative to it); not written."""
 
     def counts(self) -> Counter[str]:
         return Counter(r.outcome for r in self.results)
@@ -100,14 +188,28 @@ class RunRecord:
         return f"{verdict}; {parts} in {self.finished - self.started:.0f} s"
 
     def summary_table(self) -> list[str]:
-        rows = [("CHECK", "LEVEL", "PARTY", "OUTCOME", "SECONDS", "REASON")]
-        for r in self.results:
-            rows.append((r.key, r.level, r.party, r.outcome.upper(), f"{r.duration_s:.1f}", r.reason[:100]))
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
-        return [
-            "  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
-            for row in rows
-        ]
+        """The table ``gpuconf run`` prints at the end (``reports.terminal``)."""
+        from reports.terminal import summary_table
+
+        return summary_table(self)
+
+    @property
+    def mode(self) -> str:
+        """How the implementation was reached: ``sandbox``, ``cluster`` or ``probe``."""
+        if self.source == "probe":
+            return "probe"
+        return "sandbox" if self.target.get("kind") == "gpuconf-sandbox" else "cluster"
+
+    def profiles(self) -> list[str]:
+        """The profiles this run judged: those asked for, then any a result names."""
+        asked = [str(p) for p in self.options.get("profiles") or []]
+        return list(dict.fromkeys([*asked, *(r.profile for r in self.results)]))
+
+    def environment_view(self) -> Environment:
+        """``environment`` with what it leaves empty filled from the options, the preflight and the target."""
+        from reports.environment import complete
+
+        return complete(self)
 
     def as_dict(self) -> dict[str, Any]:
         c = self.counts()
@@ -123,24 +225,41 @@ class RunRecord:
             "interrupted": self.interrupted,
             "statistics": {o: c[o] for o in OUTCOMES},
             "exitCode": self.exit_code(),
+            "source": self.source,
+            "gpuconfVersion": self.gpuconf_version,
+            "environment": asdict(self.environment),
+            "catalog": asdict(self.catalog),
+            "implementation": asdict(self.implementation),
             "results": [r.as_dict() for r in self.results],
         }
 
 
 def load_run(directory: Path) -> RunRecord:
-    """Read back a run written by ``write_run``."""
-    data = json.loads((directory / "run.json").read_text())
-    results = [CheckResult(**r) for r in data["results"]]
+    """Read back a run written by ``write_run`` (a run directory, or its ``run.json``)."""
+    path = directory / "run.json" if directory.is_dir() else directory
+    data = json.loads(path.read_text())
+    return record_from_dict(data, directory=path.parent)
+
+
+def record_from_dict(data: dict[str, Any], directory: Path | None = None) -> RunRecord:
+    """A ``RunRecord`` from ``RunRecord.as_dict()`` (any release: missing keys take their defaults)."""
+    results = [_known(CheckResult, r) for r in data["results"]]
     started = datetime.fromisoformat(data["date"]).timestamp()
     return RunRecord(
         run_id=data["runId"],
         started=started,
         finished=started + float(data["durationSeconds"]),
-        target=data["target"],
-        options=data["options"],
+        target=data.get("target") or {},
+        options=data.get("options") or {},
         results=results,
         preflight=data.get("preflight") or {},
         interrupted=bool(data.get("interrupted")),
+        source="probe" if data.get("source") == "probe" else "run",
+        environment=_known(Environment, data.get("environment")),
+        catalog=_known(Catalog, data.get("catalog")),
+        implementation=_known(Implementation, data.get("implementation")),
+        gpuconf_version=str(data.get("gpuconfVersion") or gpuconf_version()),
+        directory=directory,
     )
 
 

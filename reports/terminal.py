@@ -1,0 +1,31 @@
+"""The terminal summary: the table ``gpuconf run`` prints at the end, and the verdict per profile."""
+
+from __future__ import annotations
+
+from reports.model import RunRecord
+from reports.verdicts import profile_results
+
+COLUMNS = ("CHECK", "LEVEL", "PARTY", "OUTCOME", "SECONDS", "REASON")
+REASON_WIDTH = 100
+
+
+def summary_table(record: RunRecord) -> list[str]:
+    """One row per check (the last column, the reason, is not padded)."""
+    rows = [COLUMNS]
+    for r in record.results:
+        rows.append(
+            (r.key, r.level, r.party, r.outcome.upper(), f"{r.duration_s:.1f}", r.reason[:REASON_WIDTH])
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    return [
+        ("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]).rstrip()
+        for row in rows
+    ]
+
+
+def summary(record: RunRecord) -> str:
+    """The table, one verdict line per profile, then the run's verdict."""
+    lines = summary_table(record)
+    lines += [f"profile {p.summary()}" for p in profile_results(record)]
+    lines.append(record.verdict_line())
+    return "\n".join(lines) + "\n"

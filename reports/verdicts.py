@@ -1,0 +1,74 @@
+"""The verdict per profile, as every report states it.
+
+``failure`` when any check of the profile failed; ``partial`` when none failed but one was skipped
+(an unsupported feature) or could not be judged (error); ``success`` when every check passed. An
+error is never a failure of the implementation (docs/architecture.md §5), but a profile with one
+was not wholly judged, so it is not a success either.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from reports.model import OUTCOMES, CheckResult, RunRecord
+
+Result = Literal["success", "partial", "failure"]
+RESULTS: Final[tuple[Result, ...]] = ("success", "partial", "failure")
+
+
+@dataclass
+class ProfileResult:
+    name: str
+    result: Result
+    results: list[CheckResult]
+    counts: Counter[str] = field(default_factory=Counter)
+    supported_features: list[str] = field(default_factory=list)
+    unsupported_features: list[str] = field(default_factory=list)
+
+    def keys(self, outcome: str) -> list[str]:
+        return [r.key for r in self.results if r.outcome == outcome]
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{self.counts[o]} {o}" for o in OUTCOMES if self.counts[o])
+        return f"{self.name}: {self.result.upper()} ({parts or 'no checks'})"
+
+
+def verdict_of(results: list[CheckResult]) -> Result:
+    outcomes = {r.outcome for r in results}
+    if "failed" in outcomes:
+        return "failure"
+    if outcomes & {"skipped", "error"} or not results:
+        return "partial"
+    return "success"
+
+
+def supported_features(record: RunRecord) -> tuple[list[str], list[str]]:
+    """The run's (supported, unsupported) features: from its options, else the catalog."""
+    supported = [str(f) for f in record.options.get("supportedFeatures") or []]
+    unsupported = [str(f) for f in record.options.get("unsupportedFeatures") or []]
+    if not unsupported and record.catalog.features:
+        unsupported = [f for f in record.catalog.features if f not in supported]
+    return sorted(supported), sorted(unsupported)
+
+
+def profile_results(record: RunRecord) -> list[ProfileResult]:
+    supported, unsupported = supported_features(record)
+    out = []
+    for name in record.profiles():
+        results = [r for r in record.results if r.profile == name]
+        if not results:
+            continue
+        needed = {f for r in results for f in r.features}
+        out.append(
+            ProfileResult(
+                name=name,
+                result=verdict_of(results),
+                results=results,
+                counts=Counter(r.outcome for r in results),
+                supported_features=[f for f in supported if f in needed] if needed else supported,
+                unsupported_features=[f for f in unsupported if f in needed] if needed else unsupported,
+            )
+        )
+    return out
