@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -31,6 +29,8 @@ import yaml
 
 from enforcement.contract import Violation, audit_gpus, audit_pod, pod_to_dict
 from enforcement.rules import ANNOTATION_KEYS, RULES, SIDE_TITLES, rules_by_side
+from reports.junit import Suite, suites_xml, to_text
+from reports.model import CheckResult
 
 # Where each workload kind keeps its Pod template.
 TEMPLATE_PATHS: Final[dict[str, tuple[str, ...]]] = {
@@ -294,49 +294,57 @@ def render_json(report: Report) -> str:
     return json.dumps([f.as_json() for f in report.findings], indent=2) + "\n"
 
 
-_SOURCE: Final = re.compile(r"(?P<path>.+):(?P<line>[0-9]+)(?: .*)?")
-# Characters XML 1.0 cannot carry at all; an annotation key may contain them.
-_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+PARTY_OF_SIDE: Final[dict[str, str]] = {
+    "request": "author",
+    "placement": "scheduler",
+    "node": "scheduler",
+    "gpu": "scheduler",
+}
+"""Whose output a broken rule judges (``enforcement.rules`` sides): the workload's author or the scheduler."""
+LINT_STATEMENT: Final = (
+    "The object MUST obey the GPU-fraction contract (`gpuconf checklist` lists its rules)."
+)
 
 
-def _xml(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
-
-
-def render_junit(report: Report, strict: bool) -> str:
-    """One testcase per object checked; errors (and, with --strict, warnings) fail it."""
+def lint_results(report: Report, strict: bool) -> list[CheckResult]:
+    """Lint's findings on the result model: one result per object checked, ``failed`` when it has an
+    error (with ``strict``, any finding), naming the rules it broke; the findings that do not fail it
+    are its notes. The JUnit output (and any other rendering) is the model's."""
     cases: dict[tuple[str, str, str, str], list[Finding]] = {}
     for s in report.subjects:
         cases.setdefault((s.kind, s.namespace, s.name, s.source), [])
     for f in report.findings:
         v = f.violation
         cases.setdefault((v.kind, v.namespace, v.name, f.source), []).append(f)
-    failures = 0
-    suite = ET.Element("testsuite", name="gpuconf lint", tests=str(len(cases)), errors="0", skipped="0")
+    results = []
     for (kind, namespace, name, source), found in cases.items():
-        case = ET.SubElement(
-            suite, "testcase", classname=kind, name=f"{namespace + '/' if namespace else ''}{name}"
-        )
-        located = _SOURCE.fullmatch(source)
-        if located:  # file="path" line="N", as CI systems expect; "cluster" has neither
-            case.set("file", located.group("path"))
-            case.set("line", located.group("line"))
         failing = [f for f in found if f.violation.is_error or strict]
-        if failing:
-            failures += 1
-            rules = ", ".join(dict.fromkeys(f.violation.rule for f in failing))
-            failure = ET.SubElement(
-                case, "failure", message=_xml(f"{len(failing)} finding(s): {rules}"), type=rules
+        rules = list(dict.fromkeys(f.violation.rule for f in failing))
+        sides = {RULES[r].side for r in rules if r in RULES}
+        results.append(
+            CheckResult(
+                key=f"{namespace + '/' if namespace else ''}{name}",
+                id=name,
+                profile="lint",
+                party=", ".join(sorted({PARTY_OF_SIDE[side] for side in sides})),
+                level="MUST",
+                statement=LINT_STATEMENT,
+                capability=kind,
+                outcome="failed" if failing else "passed",
+                reason=f"{len(failing)} finding(s): {', '.join(rules)}" if failing else "",
+                detail="\n".join(str(f.violation) for f in failing),
+                rules=rules,
+                notes=[str(f.violation) for f in found if f not in failing],
+                source=source,
             )
-            failure.text = _xml("\n".join(str(f.violation) for f in failing))
-        passing = [f for f in found if f not in failing]
-        if passing:
-            ET.SubElement(case, "system-out").text = _xml("\n".join(str(f.violation) for f in passing))
-    suite.set("failures", str(failures))
-    root = ET.Element("testsuites", name="gpuconf lint", tests=str(len(cases)), failures=str(failures))
-    root.append(suite)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        )
+    return results
+
+
+def render_junit(report: Report, strict: bool) -> str:
+    """One testcase per object checked; errors (and, with --strict, warnings) fail it."""
+    suite = Suite("gpuconf lint", lint_results(report, strict))
+    return to_text(suites_xml("gpuconf lint", [suite], classname="{capability}"))
 
 
 def _cell(text: str) -> str:
