@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "conformance.run",  # gpuconf run: the conformance suite
     "conformance.lint",  # gpuconf lint, gpuconf checklist
     "conformance.probe",  # gpuconf probe: node-level checks without Kubernetes
+    "reports.cli",  # gpuconf report render|allure|diff: renderings of a recorded run, and diffs
 )
 
 
