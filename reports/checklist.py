@@ -6,10 +6,11 @@ enforces and ``gpuconf checklist`` prints). Which checks judge a rule comes from
 below. A rule is:
 
 - ``failed`` when a failed check's message names it (``[rule-id, ...]``, as the contract module
-  writes it), or when the only rule a failed check judges is this one;
+  writes it), or when a check that judges it failed naming none of its rules;
 - ``passed`` when a check that judges it passed;
 - ``error`` / ``skipped`` when its checks could not be judged or were skipped;
-- ``not judged`` when no check of this run judges it (lint covers it on manifests).
+- ``not judged`` when no check of this run judges it (lint covers it on manifests), or its only
+  checks failed on another rule first.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ DEFAULT_RULES: Final[Mapping[str, tuple[str, ...]]] = {
         "multiple-fractional-containers",
     ),
     "limit-and-mode-at-bind": ("limit-missing",),
-    "portion-conversion": ("fraction-value", "fraction-limit-value"),
     "memory-fit": ("gpu-overcommit",),
     "release-on-completion": ("gpu-overcommit",),
     "multi-device": ("devices-count",),
@@ -85,10 +85,12 @@ def checklist(record: RunRecord) -> list[tuple[str, list[Item]]]:
         items = []
         for rule in rules:
             judging = [r for r in record.results if rule.id in rules_of(r)]
-            failing = [
+            failing = [r for r in record.results if r.outcome == "failed" and _names(r, rule.id)]
+            # a failed check that names none of its rules: each of them may be the broken one
+            failing += [
                 r
-                for r in record.results
-                if r.outcome == "failed" and (_names(r, rule.id) or (rules_of(r) == (rule.id,)))
+                for r in judging
+                if r.outcome == "failed" and r not in failing and not any(_names(r, x) for x in rules_of(r))
             ]
             outcomes = {r.outcome for r in judging}
             if failing:
@@ -99,9 +101,7 @@ def checklist(record: RunRecord) -> list[tuple[str, list[Item]]]:
                 status = "error"
             elif "skipped" in outcomes:
                 status = "skipped"
-            elif "failed" in outcomes:
-                status = "passed"  # its checks failed on another rule, having judged this one
-            else:
+            else:  # none, or only checks that failed on another rule and stopped there
                 status = "not judged"
             items.append(Item(rule, status, judging, failing))
         out.append((SIDE_TITLES[side], items))

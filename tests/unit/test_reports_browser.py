@@ -70,7 +70,7 @@ def test_the_html_report_renders_in_chromium(tmp_path: Path, name: str) -> None:
     assert console == [], console
     assert "Verdict per profile" in dom and "Annotation checklist" in dom
     shot = tmp_path / f"report-{name}.png"
-    _out, console = chromium(page, f"--screenshot={shot}", "--window-size=1280,2600")
+    _out, console = chromium(page, f"--screenshot={shot}", "--window-size=1280,4000")
     assert console == [], console
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     ARTIFACTS.mkdir(exist_ok=True)
