@@ -1,0 +1,314 @@
+"""Compute modes on the node: each container gets the mode it asked for, and the modes behave as documented.
+
+docs/contract.md §5 and §7. Time-slicing containers take turns on the whole GPU and each is its own
+fault domain; sm-sharing containers split the SMs and run at once, and share one fault domain.
+What a container can observe of its mode is its environment (the MPS pipe directory of its
+server, and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for sm-sharing with a portion) and, on the
+simulated device, the mode the device reports; side by side, the kernels themselves show it.
+
+How the modes are told apart (docs/contract.md §7): the simulated device records exact kernel
+spans, so there the overlap itself is judged (sm-sharing neighbours' kernels overlap, time-slicing
+ones never do); on a real GPU spans around synchronous kernels overlap even when the GPU takes
+turns, so throughput is judged instead (sm-sharing neighbours keep most of their solo throughput,
+time-slicing ones about half). Either way every figure goes to the evidence: for each mode the
+single-task figures (one workload alone) beside the batch figures (two at once), the comparison
+seed 000 asks for.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from enforcement.agent.environment import ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE
+from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
+from fixtures.checks import Needs, check
+from fixtures.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
+from fixtures.suite import Suite, fail
+
+SHARE: Final = 0.3
+PORTION: Final = 0.5
+COMPUTE_S: Final = 1.5
+KERNEL_MS: Final = 50
+MIN_SHARED_S: Final = 0.5
+"""Two neighbours must compute side by side at least this long for the comparison to mean anything."""
+SIM_OVERLAP_SM: Final = 0.5
+SIM_OVERLAP_TS: Final = 0.05
+REAL_SHARED_OVER_SOLO_SM: Final = 0.7
+REAL_SHARED_OVER_SOLO_TS: Final = 0.7
+BEAT_S: Final = 0.1
+
+
+# ---------------------------------------------------------------------------------------- mode-applied
+
+
+@check(
+    id="mode-applied",
+    level="MUST",
+    statement="A container MUST run in the compute mode its gpu-compute.mode names: on its mode's MPS "
+    "server, and in sm-sharing with a gpu-compute.portion with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = "
+    "floor(portion x 100).",
+    profiles=("node", "stack"),
+    features=("sm-sharing",),
+    seed="003/4",
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_mode_applied(suite: Suite) -> None:
+    stage = Stage(suite, gpus=2)
+    names = (ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE)
+    probe = plan("mode", {"op": "env", "names": list(names)}, {"op": "meminfo"})
+    size = stage.mib(SHARE)
+    sliced = stage.place("sliced", probe, request_mib=size, mode=TIME_SLICING, slot=0)
+    shared = stage.place("shared", probe, request_mib=size, mode=SM_SHARING, slot=1, portion=PORTION)
+    seen: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for placed in (sliced, shared):
+        out = stage.wait_ended(placed.name)
+        require(out, ("ok",), "it only reads its environment and its memory")
+        env = out.step("env").get("env") or {}
+        device_mode = (out.result or {}).get("mode")
+        seen[placed.name] = {
+            "asked": placed.mode,
+            "portion": placed.portion,
+            "env": env,
+            "deviceMode": device_mode,
+        }
+        if device_mode and device_mode != placed.mode:
+            problems.append(f"{placed.name} asked for {placed.mode} but the device runs it in {device_mode}")
+        if not env.get(ENV_PIPE_DIRECTORY):
+            problems.append(
+                f"{placed.name} has no {ENV_PIPE_DIRECTORY}: it reaches no MPS server of its mode"
+            )
+        expected = _threads(placed)
+        if env.get(ENV_THREAD_PERCENTAGE) != expected:
+            want = "unset" if expected is None else expected
+            problems.append(
+                f"{placed.name} ({placed.mode}, portion {placed.portion}) has {ENV_THREAD_PERCENTAGE}="
+                f"{env.get(ENV_THREAD_PERCENTAGE)!r}, expected {want}"
+            )
+    pipes = {seen[p.name]["env"].get(ENV_PIPE_DIRECTORY) for p in (sliced, shared)}
+    if len(pipes) == 1 and None not in pipes:
+        problems.append(
+            f"{sliced.name} (time-slicing) and {shared.name} (sm-sharing) use the same MPS server "
+            f"({pipes.pop()}): "
+            "time-slicing containers belong on the default server, sm-sharing ones on the shared one"
+        )
+    suite.evidence.fact("modes", seen)
+    if problems:
+        raise fail("; ".join(problems))
+
+
+def _threads(placed: Placed) -> str | None:
+    if placed.mode != SM_SHARING or placed.portion is None:
+        return None
+    return str(max(1, math.floor(placed.portion * 100)))
+
+
+# ---------------------------------------------------------------------------------------- compute-modes
+
+
+def spans_of(out: Outcome) -> list[tuple[float, float]]:
+    """A compute step's kernel spans as absolute (start, end) seconds."""
+    step = out.step("compute")
+    t0 = float(step.get("t0") or 0)
+    return [(t0 + a / 1000.0, t0 + b / 1000.0) for a, b in step.get("spans_ms") or []]
+
+
+def _overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    total = 0.0
+    j = 0
+    for s, e in a:
+        while j < len(b) and b[j][1] <= s:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            total += max(0.0, min(e, b[k][1]) - max(s, b[k][0]))
+            k += 1
+    return total
+
+
+def _rate(spans: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """Kernels per second that ended within [start, end]."""
+    if end <= start:
+        return 0.0
+    return sum(1 for _s, e in spans if start <= e <= end) / (end - start)
+
+
+def compare(solo: Outcome, first: Outcome, second: Outcome) -> dict[str, Any]:
+    """One mode's figures: a workload alone (single task), then two side by side (batch)."""
+    alone, a, b = spans_of(solo), spans_of(first), spans_of(second)
+    if not alone or not a or not b:
+        raise NotJudged("the compute steps recorded no kernel spans")
+    solo_rate = _rate(alone, alone[0][0], alone[-1][1])
+    both_start, both_end = max(a[0][0], b[0][0]), min(a[-1][1], b[-1][1])
+    shared_s = both_end - both_start
+    overlap = _overlap(a, b)
+    shared = [_rate(x, both_start, both_end) for x in (a, b)]
+    return {
+        "soloKernelsPerS": round(solo_rate, 2),
+        "soloKernelMs": round(1000 * sum(e - s for s, e in alone) / len(alone), 2),
+        "sharedSeconds": round(shared_s, 3),
+        "overlapFraction": round(overlap / shared_s, 3) if shared_s > 0 else 0.0,
+        "sharedKernelsPerS": [round(r, 2) for r in shared],
+        "batchKernelsPerS": round(sum(shared), 2),
+        "sharedOverSolo": [round(r / solo_rate, 3) if solo_rate else None for r in shared],
+    }
+
+
+@check(
+    id="compute-modes",
+    level="MUST",
+    statement="Two busy sm-sharing neighbours on one GPU MUST compute at the same time, and two busy "
+    "time-slicing neighbours MUST take turns.",
+    profiles=("node", "stack"),
+    features=("sm-sharing",),
+    seed="000/3",
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_compute_modes(suite: Suite) -> None:
+    stage = Stage(suite, gpus=2)
+    size = stage.mib(SHARE)
+    alone = plan("alone", {"op": "compute", "seconds": COMPUTE_S / 2, "kernel_ms": KERNEL_MS})
+    solo = {
+        mode: stage.place(f"{mode}-alone", alone, request_mib=size, mode=mode, slot=slot)
+        for slot, mode in enumerate((TIME_SLICING, SM_SHARING))
+    }
+    soloed = {mode: stage.wait_ended(p.name) for mode, p in solo.items()}
+    for out in soloed.values():
+        require(out, ("ok",), "it only runs kernels on its own share")
+    work = plan("busy", {"op": "compute", "seconds": COMPUTE_S, "kernel_ms": KERNEL_MS})
+    # Through a scheduler the first of each mode must be bound before the second is asked for:
+    # the second time-slicing Pod then has exactly one GPU it may join.
+    order: list[tuple[str, Mode, int]] = [
+        ("sliced-0", TIME_SLICING, 0),
+        ("shared-0", SM_SHARING, 1),
+        ("sliced-1", TIME_SLICING, 0),
+        ("shared-1", SM_SHARING, 1),
+    ]
+    placed: dict[str, Placed] = {}
+    for name, mode, slot in order[:2]:
+        placed[name] = stage.place(name, work, request_mib=size, mode=mode, slot=slot)
+    for name, mode, slot in order[2:]:
+        stage.pod(name, work, request_mib=size, mode=mode, slot=slot)
+    for name, _mode, _slot in order[2:]:
+        placed[name] = stage.placed(name)
+    outcomes = {name: stage.wait_ended(name) for name, _m, _s in order}
+    for out in outcomes.values():
+        require(out, ("ok",), "it only runs kernels on its own share")
+    for a, b in (("sliced-0", "sliced-1"), ("shared-0", "shared-1")):
+        if set(placed[a].gpus) != set(placed[b].gpus):
+            raise NotJudged(f"{a} and {b} did not land on one GPU ({placed[a].gpus} vs {placed[b].gpus})")
+    figures: dict[str, dict[str, Any]] = {
+        TIME_SLICING: compare(soloed[TIME_SLICING], outcomes["sliced-0"], outcomes["sliced-1"]),
+        SM_SHARING: compare(soloed[SM_SHARING], outcomes["shared-0"], outcomes["shared-1"]),
+    }
+    suite.evidence.fact("comparison", figures)
+    short = [m for m, f in figures.items() if f["sharedSeconds"] < MIN_SHARED_S]
+    if short:
+        raise NotJudged(
+            f"the {', '.join(short)} neighbours computed side by side for less than {MIN_SHARED_S} s "
+            f"({', '.join(str(figures[m]['sharedSeconds']) for m in short)} s): their starts were too "
+            "far apart"
+        )
+    problems = _judge_modes(figures, suite.node.simulated)
+    if problems:
+        raise fail("; ".join(problems))
+
+
+def _judge_modes(figures: Mapping[str, Mapping[str, Any]], simulated: bool) -> list[str]:
+    ts, sm = figures[TIME_SLICING], figures[SM_SHARING]
+    problems = []
+    if simulated:
+        if sm["overlapFraction"] < SIM_OVERLAP_SM:
+            problems.append(
+                f"sm-sharing neighbours' kernels overlapped for only {sm['overlapFraction']:.0%} of the "
+                "time both computed: they did not run at the same time"
+            )
+        if ts["overlapFraction"] > SIM_OVERLAP_TS:
+            problems.append(
+                f"time-slicing neighbours' kernels overlapped for {ts['overlapFraction']:.0%} of the "
+                "time both computed: they did not take turns"
+            )
+        return problems
+    for mode, f, keeps in ((SM_SHARING, sm, True), (TIME_SLICING, ts, False)):
+        for ratio in f["sharedOverSolo"]:
+            if ratio is None:
+                continue
+            if keeps and ratio < REAL_SHARED_OVER_SOLO_SM:
+                problems.append(
+                    f"{mode} neighbours kept only {ratio:.0%} of their solo throughput side by side"
+                )
+            if not keeps and ratio > REAL_SHARED_OVER_SOLO_TS:
+                problems.append(
+                    f"{mode} neighbours kept {ratio:.0%} of their solo throughput: they did not take turns"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------- fault-isolation
+
+
+@check(
+    id="fault-isolation",
+    level="MUST",
+    statement="A device fault in a time-slicing workload MUST leave its time-slicing neighbour on the "
+    "same GPU running; whether an sm-sharing fault hits its neighbours is recorded.",
+    profiles=("node", "stack"),
+    seed="003/4",
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_fault_isolation(suite: Suite) -> None:
+    modes: list[Mode] = [TIME_SLICING]
+    if "sm-sharing" in suite.options.supported_features:
+        modes.append(SM_SHARING)
+    stage = Stage(suite, gpus=len(modes))
+    size = stage.mib(SHARE)
+    neighbour_plan = plan(
+        "neighbour",
+        {"op": "alloc", "bytes": mib(stage.mib(0.05))},
+        {"op": "ready"},
+        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+    )
+    faulty_plan = plan("faulty", {"op": "alloc", "bytes": mib(stage.mib(0.05))}, {"op": "fault"})
+    neighbours = {}
+    for slot, mode in enumerate(modes):
+        neighbours[mode] = stage.place(
+            f"{mode}-neighbour", neighbour_plan, request_mib=size, mode=mode, slot=slot
+        )
+    for mode, placed in neighbours.items():
+        ended = stage.wait_ready(placed.name)
+        if ended is not None:
+            require(ended, (), f"it holds a little memory within its {mode} share")
+    faulty = {
+        mode: stage.place(f"{mode}-faulty", faulty_plan, request_mib=size, mode=mode, slot=slot)
+        for slot, mode in enumerate(modes)
+    }
+    faults = {mode: stage.wait_ended(p.name) for mode, p in faulty.items()}
+    for mode, out in faults.items():
+        if out.status != "fault-injected":
+            raise NotJudged(
+                f"the {mode} workload's fault step did not fault the device ({out.status or out.phase})"
+            )
+        if set(faulty[mode].gpus) != set(neighbours[mode].gpus):
+            raise NotJudged(f"the {mode} workload and its neighbour did not share a GPU")
+    time.sleep(3 * BEAT_S)  # a few heartbeats after the fault, or their absence
+    hits = {}
+    for mode, placed in neighbours.items():
+        out = stage.stop(placed.name)
+        fault_at = float((faults[mode].result or {}).get("started_at") or 0) + float(
+            (faults[mode].result or {}).get("wall_s") or 0
+        )
+        beat = out.step("heartbeat")
+        survived = out.status == "ok" and beat.get("ended_by") == "signal"
+        if survived and float(beat.get("last_at") or 0) < fault_at:
+            raise NotJudged(f"the {mode} neighbour's last heartbeat came before the fault")
+        hits[mode] = {"neighbourHit": not survived, "neighbourEnded": out.status, "exit": out.as_dict()}
+    suite.evidence.fact("faultDomains", hits)
+    if hits[TIME_SLICING]["neighbourHit"]:
+        raise fail(
+            f"a device fault in {faulty[TIME_SLICING].name} (time-slicing) also ended its neighbour "
+            f"{neighbours[TIME_SLICING].name} on the same GPU ({hits[TIME_SLICING]['neighbourEnded']}): "
+            "time-slicing workloads must be separate fault domains"
+        )

@@ -1,0 +1,187 @@
+"""Memory limits: the hard limit stops an allocation at the limit; up to it, a workload borrows.
+
+docs/contract.md §6. The hard limit is where an allocation fails with out-of-memory, as on a smaller
+GPU; the workload finds it by ``alloc-until-oom`` (doubling, then halving to its granularity). On
+the simulated device the boundary is the limit exactly; on a real GPU the CUDA context, the
+allocator's granularity and driver reservations sit inside the limit, so the boundary may lie a
+little below it (a stated tolerance) and never above. Borrowing: a workload grows from its request
+to its limit while the GPU has idle memory, and keeps it while nobody needs it back.
+
+Each scenario runs in the ``node`` profile (the suite places the Pods: a failure is the node
+agent's) and the ``stack`` profile (through the scheduler under test).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from fixtures.checks import Needs, check
+from fixtures.scenario import NotJudged, Stage, mib, plan, require
+from fixtures.suite import Suite, fail
+
+MIB: Final = 1 << 20
+GRANULARITY_MIB: Final = 1
+REAL_GPU_TOLERANCE_MIB: Final = 1024
+"""On a real GPU the boundary may lie this far below the limit (context, allocator, driver), or 2 %."""
+HOLD_S: Final = 1.0
+BEAT_S: Final = 0.1
+
+
+def tolerance_mib(limit_mib: int, simulated: bool) -> int:
+    """How far below the limit the boundary may lie (docs/contract.md §6; gpuconf's judgement)."""
+    if simulated:
+        return GRANULARITY_MIB
+    return max(REAL_GPU_TOLERANCE_MIB, limit_mib // 50)
+
+
+@check(
+    id="hard-limit-oom",
+    level="MUST",
+    statement="An allocation that would take a container past its gpu-memory.limit MUST fail with "
+    "out-of-memory at the limit (never above it), and a neighbour on the same GPU MUST keep running "
+    "with every byte it held.",
+    profiles=("node", "stack"),
+    seed="000/2",
+    needs=Needs(nodes=1, gpus=1, idle=True),
+)
+def test_hard_limit_oom(suite: Suite) -> None:
+    stage = Stage(suite)
+    held = stage.mib(0.25)
+    neighbour = stage.place(
+        "neighbour",
+        plan(
+            "neighbour",
+            {"op": "alloc", "bytes": mib(held)},
+            {"op": "touch"},
+            {"op": "ready"},
+            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+        ),
+        request_mib=held,
+    )
+    ended = stage.wait_ready(neighbour.name)
+    if ended is not None:
+        require(ended, (), f"it holds {held} MiB within its own guarantee and limit on an idle GPU")
+    capped = stage.place(
+        "capped",
+        plan(
+            "capped",
+            {"op": "alloc-until-oom", "granularity": mib(GRANULARITY_MIB)},
+            {"op": "meminfo"},
+            # A moment alive after the out-of-memory: does the stack end the container?
+            {"op": "heartbeat", "interval": BEAT_S, "count": 3},
+        ),
+        request_mib=stage.mib(0.25),
+        limit_mib=stage.mib(0.5),
+    )
+    out = stage.wait_ended(capped.name)
+    search = out.step("alloc-until-oom")
+    if not search:
+        require(out, ("ok",), "alloc-until-oom must run to the boundary and report it")
+    found_mib = int(search.get("max_bytes", 0)) // MIB
+    limit = capped.limit_mib
+    oom = search.get("oom") or {}
+    terminated = out.status != "ok"
+    suite.evidence.fact(
+        "boundary",
+        {
+            "foundMiB": found_mib,
+            "limitMiB": limit,
+            "gapMiB": limit - found_mib,
+            "granularityMiB": GRANULARITY_MIB,
+            "toleranceMiB": tolerance_mib(limit, suite.node.simulated),
+            "stoppedBy": search.get("stopped_by"),
+            "errorType": oom.get("error_type"),
+            "containerTerminatedAfterOom": terminated,
+            "exit": out.as_dict(),
+        },
+    )
+    time.sleep(3 * BEAT_S)  # a few of the neighbour's heartbeats after its neighbour's end, or their absence
+    late = stage.stop(neighbour.name)
+    problems = []
+    if found_mib > limit:
+        problems.append(f"{capped.name} allocated {found_mib} MiB, above its limit of {limit} MiB")
+    elif limit - found_mib >= tolerance_mib(limit, suite.node.simulated):
+        problems.append(
+            f"{capped.name} ran out of memory at {found_mib} MiB, {limit - found_mib} MiB below its limit of "
+            f"{limit} MiB (tolerance {tolerance_mib(limit, suite.node.simulated)} MiB)"
+        )
+    if search.get("stopped_by") != "oom" or not oom.get("error_type"):
+        problems.append(
+            f"{capped.name}'s search ended by {search.get('stopped_by')!r}, not by an out-of-memory error"
+        )
+    beat = late.step("heartbeat")
+    capped_end = float((out.result or {}).get("started_at") or 0) + float(
+        (out.result or {}).get("wall_s") or 0
+    )
+    if late.status != "ok" or beat.get("ended_by") != "signal":
+        problems.append(
+            f"the neighbour {neighbour.name} did not keep running: it ended {late.status or late.phase} "
+            f"({(late.result or {}).get('error', {}).get('message') or late.reason})"
+        )
+    else:
+        if beat.get("used_min") and min(beat["used_min"]) < held * MIB:
+            problems.append(
+                f"the neighbour {neighbour.name} held {held} MiB but the device counted as little as "
+                f"{min(beat['used_min']) // MIB} MiB for it while its neighbour ran out of memory"
+            )
+        if capped_end and float(beat.get("last_at") or 0) < capped_end:
+            raise NotJudged(
+                f"the neighbour's last heartbeat ({beat.get('last_at')}) came before {capped.name} ended "
+                f"({capped_end:.3f}): nothing shows it outlived the out-of-memory"
+            )
+    suite.evidence.fact("neighbour", {"heartbeat": beat, "exit": late.as_dict()})
+    if problems:
+        raise fail("; ".join(problems))
+
+
+@check(
+    id="burst-borrowing",
+    level="MUST",
+    statement="On an otherwise idle GPU a workload MUST be able to grow from its gpu-memory.request to its "
+    "gpu-memory.limit and keep that memory for as long as no guaranteed neighbour needs it, without being "
+    "evicted.",
+    profiles=("node", "stack"),
+    seed="000/2",
+    needs=Needs(nodes=1, gpus=1, idle=True),
+)
+def test_burst_borrowing(suite: Suite) -> None:
+    stage = Stage(suite)
+    request, limit = stage.mib(0.25), stage.mib(0.75)
+    borrower = stage.place(
+        "borrower",
+        plan(
+            "borrower",
+            {"op": "alloc", "bytes": mib(request), "label": "guarantee"},
+            {"op": "alloc", "bytes": mib(limit - request), "chunk": mib(max(1, (limit - request) // 4))},
+            {"op": "touch"},
+            {"op": "heartbeat", "interval": BEAT_S * 2, "seconds": HOLD_S},
+            {"op": "meminfo"},
+        ),
+        request_mib=request,
+        limit_mib=limit,
+    )
+    out = stage.wait_ended(borrower.name)
+    suite.evidence.fact(
+        "borrowing",
+        {"requestMiB": borrower.request_mib, "limitMiB": borrower.limit_mib, "exit": out.as_dict()},
+    )
+    if out.evicted:
+        raise fail(
+            f"{borrower.name} was evicted ({out.disruption or out.status}) while borrowing "
+            f"{borrower.limit_mib - borrower.request_mib} MiB on a GPU nobody else used: there was no "
+            "pressure"
+        )
+    require(
+        out,
+        ("ok",),
+        f"on an idle GPU it may grow from its request of {borrower.request_mib} MiB to its limit of "
+        f"{borrower.limit_mib} MiB and keep it",
+    )
+    shown = out.step("meminfo").get("devices") or []
+    used = int(shown[0].get("used", 0)) // MIB if shown else None
+    if used is not None and used < borrower.limit_mib:
+        raise fail(
+            f"{borrower.name} held {borrower.limit_mib} MiB, but the device counted only {used} MiB "
+            "after the hold"
+        )

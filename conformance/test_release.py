@@ -1,0 +1,93 @@
+"""Release: when a workload exits or dies, its memory and its guarantee are free at once for the next one.
+
+docs/contract.md §5-6. A container that ends, normally or by crashing, must leave nothing behind
+on its GPU: not the memory it held (a dead process frees nothing itself) and not its place on the
+GPU (its guarantee, and the compute mode it held the GPU in). So the next workload on the same GPU
+gets the whole of its own guarantee at its first allocation, without retrying, even in the other
+compute mode, which a GPU still counting the old container would refuse.
+
+Two GPUs, side by side: on one the first workload exits normally, on the other it dies (a device
+fault ends its process with its memory still allocated). Each holds 0.6 of its GPU, so the next
+workload's 0.6 fits only where the old one's was released.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
+from fixtures.checks import Needs, check
+from fixtures.scenario import Stage, mib, plan, require
+from fixtures.suite import Suite, fail
+from fixtures.waiting import WaitTimeout
+
+SHARE: Final = 0.6
+ENDED: Final = {"exits": "exited", "dies": "died"}
+NEXT_START_S: Final = 10.0
+"""How long the next workload may take to start and allocate before the release counts as not done."""
+
+
+@check(
+    id="release-on-exit",
+    level="MUST",
+    statement="When a workload exits or dies, its GPU memory and its guarantee MUST be free at once: "
+    "the next workload on that GPU gets its whole guarantee at its first allocation, in either compute mode.",
+    profiles=("node", "stack"),
+    seed="000/4",
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_release_on_exit(suite: Suite) -> None:
+    stage = Stage(suite, gpus=2)
+    size = stage.mib(SHARE)
+    first = {
+        "exits": plan("exits", {"op": "alloc", "bytes": mib(size)}, {"op": "touch"}),
+        "dies": plan("dies", {"op": "alloc", "bytes": mib(size)}, {"op": "touch"}, {"op": "fault"}),
+    }
+    old = {
+        how: stage.place(f"{how}", steps, request_mib=size, mode=TIME_SLICING, slot=slot)
+        for slot, (how, steps) in enumerate(first.items())
+    }
+    ended = {how: stage.wait_ended(p.name) for how, p in old.items()}
+    require(ended["exits"], ("ok",), f"it allocates {size} MiB within its guarantee and exits")
+    require(ended["dies"], ("fault-injected",), "its fault step faults the device and ends the process")
+    # The next ones ask for the other mode where the implementation has it: a GPU that still
+    # counts the old container (time-slicing) would refuse them.
+    mode: Mode = SM_SHARING if "sm-sharing" in suite.options.supported_features else TIME_SLICING
+    following = plan("next", {"op": "alloc", "bytes": mib(size)}, {"op": "touch"}, {"op": "meminfo"})
+    after = {
+        how: stage.pod(f"after-{how}", following, request_mib=size, mode=mode, slot=slot)
+        for slot, how in enumerate(first)
+    }
+    placed_after = {how: stage.placed(name) for how, name in after.items()}
+    deadline = time.monotonic() + suite.timeout(NEXT_START_S)
+    problems = []
+    seen = {}
+    for how, name in after.items():
+        placed = placed_after[how]
+        try:
+            out = stage.wait_ended(
+                name, timeout=max(0.1, deadline - time.monotonic()) / suite.options.timeout_scale
+            )
+        except WaitTimeout:
+            problems.append(
+                f"{name} ({size} MiB, {mode}) did not run within {suite.timeout(NEXT_START_S):.0f} s on GPU "
+                f"{', '.join(placed.gpus)} after the workload there {ENDED[how]}: {suite.describe(name)}"
+            )
+            continue
+        seen[name] = {
+            "after": how,
+            "gpus": list(placed.gpus),
+            "exit": out.as_dict(),
+            "alloc": out.step("alloc"),
+        }
+        if out.status != "ok":
+            step = out.step("alloc")
+            problems.append(
+                f"{name} could not take its {size} MiB guarantee on GPU {', '.join(placed.gpus)} after the "
+                f"workload there {ENDED[how]}: {out.status} "
+                f"({(step.get('oom') or step.get('pressure') or {}).get('message') or out.reason})"
+            )
+    suite.evidence.fact("next", seen)
+    if problems:
+        raise fail("; ".join(problems))
