@@ -18,6 +18,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "fixtures.sandbox.cli",  # gpuconf sandbox up|down|status|kubeconfig
     "conformance.run",  # gpuconf run: the conformance suite
+    "conformance.catalog",  # gpuconf catalog: the declared checks, and the checked-in list
     "conformance.lint",  # gpuconf lint, gpuconf checklist
     "conformance.probe",  # gpuconf probe: node-level checks without Kubernetes
     "reports.cli",  # gpuconf report render|allure|diff: renderings of a recorded run, and diffs

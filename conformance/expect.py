@@ -8,7 +8,6 @@ what it judged in the check's evidence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from enforcement.contract import (
@@ -68,7 +67,8 @@ def gpus_at_bind(suite: Suite, name: str, snapshot: Snapshot, container: str = "
     value = snapshot.annotations.get(nvidia_key(container, SUFFIX_DEVICES), "")
     if not value:
         raise fail(
-            f"{name} was bound to {snapshot.node} with no {nvidia_key(container, SUFFIX_DEVICES)}: the GPU it runs "
+            f"{name} was bound to {snapshot.node} with no {nvidia_key(container, SUFFIX_DEVICES)}: "
+            "the GPU it runs "
             "on is unknown to the node agent, so it runs unfenced"
         )
     node = suite.cluster.read_node(snapshot.node)
@@ -84,7 +84,3 @@ def limit_and_mode_present(snapshot: Snapshot, container: str = "main") -> list[
         for k in (nvidia_key(container, SUFFIX_LIMIT), nvidia_key(container, SUFFIX_MODE))
         if k not in snapshot.annotations
     ]
-
-
-def annotations(snapshot: Snapshot, prefix: str = "nvidia.com/container.") -> Mapping[str, str]:
-    return {k: v for k, v in snapshot.annotations.items() if k.startswith(prefix)}

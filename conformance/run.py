@@ -1,10 +1,14 @@
-"""``gpuconf run``: the conformance run, against the embedded sandbox by default.
+"""``gpuconf run``: the conformance suite, against a cluster or the embedded sandbox.
 
-Today it does the part every later run starts with: brings the sandbox up (building the
-upstream binaries once if needed), shows the simulated GPU nodes the suite will use, and
-writes a small run record. It says plainly that no conformance checks exist yet, so
-nobody mistakes this for a verdict; the checks, the node agent and the reports come with
-their own issues and plug in here.
+It is ``pytest --pyargs conformance`` with the suite's plugin options, plus two things: without
+``--kubeconfig`` it brings the embedded sandbox up first (with the sandbox options, e.g. a
+scheduler with seeded faults) and points the run at it, and it always names a report directory.
+Everything else (preflight, leases, checks, outcomes, results, cleanup) is the plugin's, so a plain
+pytest run with the same options judges the same way.
+
+Exit codes: 0 every MUST check that ran passed (skips are declared unsupported features), 1 a MUST
+check failed, 2 usage or preflight error (nothing was judged), 3 a MUST check could not be judged
+(error) and none failed, 130 interrupted (what the run created is deleted all the same).
 """
 
 from __future__ import annotations
@@ -12,40 +16,196 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from fixtures.sandbox.cli import add_sandbox_options, print_nodes, sandbox_from_args
+import pytest
+
+from fixtures.checks import FEATURES, PROFILES, SUITE_PROFILES
+from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
+from reports.cli import add_implementation_options, baseline_check, implementation_from
+from reports.model import EXIT_USAGE, load_run
+from reports.render import render_all
+
+EXIT_INTERRUPTED = 130
+
+
+def _csv(values: list[str] | None) -> list[str]:
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def validate(args: argparse.Namespace) -> str | None:
+    """The first usage error in ``args`` (naming option, value and what is allowed), or None."""
+    from conformance.catalog import load_checks
+
+    for p in _csv(args.profile):
+        if p not in PROFILES:
+            return f"--profile {p!r}: unknown profile; known: {', '.join(PROFILES)}"
+    for f in _csv(args.supported_features) + _csv(args.exempt_features):
+        if f not in FEATURES:
+            return f"feature {f!r}: unknown; known: {', '.join(FEATURES)}"
+    known = {c.id for c in load_checks()}
+    for c in _csv(args.check):
+        if c not in known:
+            return f"--check {c!r}: unknown check id; known: {', '.join(sorted(known))}"
+    if args.kubeconfig is not None and not args.kubeconfig.is_file():
+        return f"--kubeconfig {args.kubeconfig}: no such file"
+    if args.kubeconfig is not None and not args.scheduler_name:
+        return (
+            "--scheduler-name: name the scheduler under test (its spec.schedulerName) when judging a cluster"
+        )
+    if not args.timeout_scale > 0:
+        return f"--timeout-scale {args.timeout_scale}: must be a positive number"
+    if args.workers < 1:
+        return f"--workers {args.workers}: must be at least 1"
+    return None
+
+
+def _default_scheduler(args: argparse.Namespace) -> str:
+    """The scheduler the sandbox runs (the first ``--scheduler`` spec), which is the one under test."""
+    from fixtures.scheduler.component import parse_spec
+
+    specs = schedulers_from_args(args)
+    if not specs:
+        raise SandboxError(
+            "the sandbox runs no scheduler (--scheduler none): pass --scheduler-name for yours"
+        )
+    return parse_spec(specs[0]).name
+
+
+def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, target: str) -> list[str]:
+    out = ["--pyargs", "conformance", "-p", "no:cacheprovider", "-q", "--no-header"]
+    out += ["--kubeconfig", str(kubeconfig), "--scheduler-name", scheduler, "--gpuconf-target", target]
+    out += ["--report-dir", str(args.report_dir), "--timeout-scale", str(args.timeout_scale)]
+    for name, values in (
+        ("--profile", args.profile),
+        ("--supported-features", args.supported_features),
+        ("--exempt-features", args.exempt_features),
+        ("--check", args.check),
+    ):
+        for value in values or []:
+            out += [name, value]
+    for name, value in (
+        ("--workload-image", args.workload_image),
+        ("--gpu-node-selector", args.gpu_node_selector),
+        ("--agent-namespace", args.agent_namespace),
+        ("--agent-selector", args.agent_selector),
+    ):
+        if value:
+            out += [name, value]
+    if args.skip_preflight:
+        out.append("--skip-preflight")
+    if args.workers > 1:
+        out += ["-n", str(args.workers)]
+    return out + list(args.pytest_args or [])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    sandbox = sandbox_from_args(args)
-    try:
-        result = sandbox.up(log=lambda m: print(m, file=sys.stderr, flush=True))
-    except SandboxError as exc:
-        print(f"gpuconf: error: {exc}", file=sys.stderr)
+    problem = validate(args)
+    if problem:
+        print(f"gpuconf: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.kubeconfig is not None:
+        kubeconfig, scheduler, target = args.kubeconfig.resolve(), args.scheduler_name, "cluster"
+    else:
+        try:
+            scheduler = args.scheduler_name or _default_scheduler(args)
+            sandbox = sandbox_from_args(args)
+            result = sandbox.up(log=lambda m: print(f"sandbox: {m}", file=sys.stderr, flush=True))
+        except SandboxError as exc:
+            print(f"gpuconf: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(
+            f"sandbox {'reused' if result.reused else 'up'} in {result.seconds:.1f} s: {sandbox.server}",
+            flush=True,
+        )
+        kubeconfig, target = sandbox.kubeconfig, "gpuconf-sandbox"
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    rc = int(pytest.main(pytest_args(args, kubeconfig, scheduler, target)))
+    preflight = args.report_dir / "preflight.json"
+    if preflight.exists() and "failed" in json.loads(preflight.read_text()):
+        return EXIT_USAGE
+    if rc == int(pytest.ExitCode.INTERRUPTED):
+        return EXIT_INTERRUPTED
+    if rc in (int(pytest.ExitCode.USAGE_ERROR), int(pytest.ExitCode.NO_TESTS_COLLECTED)):
+        if rc == int(pytest.ExitCode.NO_TESTS_COLLECTED):
+            print("gpuconf: error: no check matched the selection (--profile, --check)", file=sys.stderr)
+        return EXIT_USAGE
+    rc = max(rc, _reports(args))
+    if target == "gpuconf-sandbox":
+        print("sandbox left running; stop it with `gpuconf sandbox down`")
+    return rc
+
+
+def _reports(args: argparse.Namespace) -> int:
+    """Render every report from the run's records, and compare with ``--baseline``; 1 on a regression."""
+    run_json = args.report_dir / "run.json"
+    if not run_json.exists():
+        return 0
+    record = load_run(args.report_dir)
+    written = render_all(record, args.report_dir, implementation=implementation_from(args))
+    print(f"gpuconf: reports: {', '.join(str(p) for p in written)}")
+    if args.baseline is not None and baseline_check(record, args.baseline) == 1:
         return 1
-    print(f"sandbox {'reused' if result.reused else 'up'} in {result.seconds:.1f} s: {sandbox.server}")
-    print_nodes(sandbox)
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cluster": {"kind": "gpuconf-sandbox", "server": sandbox.server, "nodes": result.nodes},
-        "simulated": ["nodes", "kubelet", "gpus"],
-        "checks": [],
-        "verdict": "no conformance checks in this version of gpuconf yet; nothing was judged",
-    }
-    out = args.output_dir / "run.json"
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(
-        f"\n{record['verdict']}\nrun record: {out}\nsandbox left running; stop it with `gpuconf sandbox down`"
-    )
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="run the conformance suite (against the embedded sandbox)")
-    add_sandbox_options(parser)
-    parser.add_argument("--output-dir", type=Path, default=Path("gpuconf-results"), help="where results go")
+    parser = subparsers.add_parser(
+        "run",
+        help="run the conformance suite against a cluster (--kubeconfig) or the embedded sandbox",
+        description="Run the conformance suite. Without --kubeconfig it brings the embedded sandbox up (the "
+        "sandbox options choose its schedulers and faults) and judges the scheduler it runs.",
+    )
+    target = parser.add_argument_group("what is judged")
+    target.add_argument(
+        "--kubeconfig", type=Path, default=None, help="the cluster under test (default: the sandbox)"
+    )
+    target.add_argument(
+        "--scheduler-name", default=None, help="spec.schedulerName under test (sandbox: its scheduler)"
+    )
+    target.add_argument(
+        "--profile",
+        action="append",
+        default=None,
+        help=(
+            f"profiles, repeatable or comma-separated: {', '.join(PROFILES)} (default: "
+            f"{', '.join(SUITE_PROFILES)})"
+        ),
+    )
+    target.add_argument("--check", action="append", default=None, help="only these check ids (repeatable)")
+    target.add_argument(
+        "--supported-features",
+        action="append",
+        default=None,
+        help=f"features the implementation supports (default: all): {', '.join(FEATURES)}",
+    )
+    target.add_argument(
+        "--exempt-features", action="append", default=None, help="features it does not support"
+    )
+    how = parser.add_argument_group("how")
+    how.add_argument(
+        "--workload-image", default=None, help="the allocation workload's image, pullable by the nodes"
+    )
+    how.add_argument("--gpu-node-selector", default="", help="label selector limiting the GPU nodes used")
+    how.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every timeout (%(default)s)")
+    how.add_argument(
+        "-n", "--workers", type=int, default=1, help="checks in parallel (pytest-xdist; bounded by nodes)"
+    )
+    how.add_argument(
+        "--report-dir", "--output-dir", type=Path, default=Path("gpuconf-results"), help="results folder"
+    )
+    how.add_argument(
+        "--skip-preflight", action="store_true", help="skip the checks of the cluster before the suite"
+    )
+    how.add_argument(
+        "--agent-namespace", default=None, help="namespace of the node agent's Pods (agent-restart)"
+    )
+    how.add_argument("--agent-selector", default=None, help="label selector of the node agent's Pods")
+    how.add_argument(
+        "--baseline", type=Path, default=None, help="an earlier run (dir or run.json): exit 1 on a regression"
+    )
+    how.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. -x, -k EXPR)")
+    add_implementation_options(parser)
+    add_sandbox_options(parser.add_argument_group("the embedded sandbox (without --kubeconfig)"))
     parser.set_defaults(func=cmd_run)

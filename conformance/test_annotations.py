@@ -71,7 +71,8 @@ def test_limit_and_mode_at_bind(suite: Suite) -> None:
     missing = limit_and_mode_present(at_bind)
     if missing:
         raise fail(
-            f"{name}: at binding, {', '.join(missing)} missing (the node then assumes limit = request and time-slicing)"
+            f"{name}: at binding, {', '.join(missing)} missing (the node then assumes limit = "
+            "request and time-slicing)"
         )
 
 
@@ -83,7 +84,8 @@ converts against may hold back a reserve (for the driver and the CUDA context), 
 @check(
     id="portion-conversion",
     level="MUST",
-    statement="A gpu-fraction request (and its gpu-fraction.limit) MUST become absolute MiB of the chosen GPU's "
+    statement="A gpu-fraction request (and its gpu-fraction.limit) MUST become absolute MiB of "
+    "the chosen GPU's "
     "memory: portion x the GPU's memory (label nvidia.com/gpu.memory), less at most a documented reserve "
     "of 5 %, never more.",
     profiles=("scheduler",),

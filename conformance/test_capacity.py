@@ -11,6 +11,7 @@ import pytest
 
 from enforcement.contract import audit_gpus
 from fixtures.checks import Needs, check
+from fixtures.manifests import RequestForm
 from fixtures.suite import Suite, fail
 from fixtures.waiting import WaitTimeout, wait_until
 
@@ -90,13 +91,14 @@ ACTIONABLE_WORDS = ("memory", "mib", "gib", "gpu")
 @check(
     id="unschedulable-reason",
     level="SHOULD",
-    statement="A request no GPU can hold SHOULD stay Pending with PodScheduled=False and a message a person can "
+    statement="A request no GPU can hold SHOULD stay Pending with PodScheduled=False and a "
+    "message a person can "
     "act on (it names the memory or the GPUs that are short).",
     profiles=("scheduler",),
     seed="000/4",
 )
 def test_unschedulable_reason(suite: Suite) -> None:
-    form = "nvidia" if suite.form == "nvidia" else "gpu-memory"
+    form: RequestForm = "nvidia" if suite.form == "nvidia" else "gpu-memory"
     if form not in suite.options.supported_features:
         pytest.skip(
             "needs an absolute request form (gpu-memory or nvidia) to write a request no GPU can hold"

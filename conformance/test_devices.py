@@ -40,7 +40,8 @@ def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, exp
 @check(
     id="multi-device",
     level="MUST",
-    statement="A Pod with gpu-fraction-num-devices: N MUST get N distinct GPUs of the node it is bound to, with "
+    statement="A Pod with gpu-fraction-num-devices: N MUST get N distinct GPUs of the node it is "
+    "bound to, with "
     "the request on each, and every GPU it names MUST exist on that node.",
     profiles=("scheduler",),
     features=("multi-device",),
@@ -61,7 +62,8 @@ def test_multi_device(suite: Suite) -> None:
 @check(
     id="devices-scheduler-owned",
     level="MUST",
-    statement="A Pod that writes its own gpus.devices MUST NOT get those GPUs unless the scheduler chose them: "
+    statement="A Pod that writes its own gpus.devices MUST NOT get those GPUs unless the "
+    "scheduler chose them: "
     "the scheduler overwrites the value (or admission refuses the Pod).",
     profiles=("scheduler",),
     seed="003/4",

@@ -59,7 +59,9 @@ def test_mode_separation(suite: Suite) -> None:
 @check(
     id="modes-side-by-side",
     level="SHOULD",
-    statement="A node with free GPUs SHOULD run time-slicing and sm-sharing workloads at once, on different GPUs.",
+    statement=(
+        "A node with free GPUs SHOULD run time-slicing and sm-sharing workloads at once, on different GPUs."
+    ),
     profiles=("scheduler",),
     features=("sm-sharing",),
     seed="003/4",

@@ -29,7 +29,8 @@ def _not_ready_nodes(suite: Suite) -> list[GpuNode]:
 
 
 def _add_simulated_node(suite: Suite) -> GpuNode:
-    """A simulated GPU node like the leased one, with the agent's condition False; deleted by the run's cleanup."""
+    """A simulated GPU node like the leased one, with the agent's condition False; deleted by the
+    run's cleanup."""
     model = suite.node
     name = f"gc-notready-{suite.namespace[-4:]}"
     labels: dict[str, Any] = {
@@ -80,7 +81,9 @@ def _add_simulated_node(suite: Suite) -> GpuNode:
 @check(
     id="node-readiness",
     level="MUST",
-    statement="The scheduler MUST NOT place a fraction on a node without gpu-fractioning.nvidia.com/Ready=True.",
+    statement=(
+        "The scheduler MUST NOT place a fraction on a node without gpu-fractioning.nvidia.com/Ready=True."
+    ),
     profiles=("scheduler",),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=False),
