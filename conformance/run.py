@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.checks import FEATURES, PROFILES, SUITE_PROFILES
+from fixtures.cluster import Cluster, ClusterError
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
 from reports.cli import add_implementation_options, baseline_check, implementation_from
@@ -74,9 +75,10 @@ def _default_scheduler(args: argparse.Namespace) -> str:
 
 
 def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, target: str) -> list[str]:
+    # Paths go as --opt=value: pytest would take a lone path-like token as a hint for its rootdir.
     out = ["--pyargs", "conformance", "-p", "no:cacheprovider", "-q", "--no-header"]
-    out += ["--kubeconfig", str(kubeconfig), "--scheduler-name", scheduler, "--gpuconf-target", target]
-    out += ["--report-dir", str(args.report_dir), "--timeout-scale", str(args.timeout_scale)]
+    out += [f"--kubeconfig={kubeconfig}", f"--scheduler-name={scheduler}", f"--gpuconf-target={target}"]
+    out += [f"--report-dir={args.report_dir}", f"--timeout-scale={args.timeout_scale}"]
     for name, values in (
         ("--profile", args.profile),
         ("--supported-features", args.supported_features),
@@ -84,7 +86,7 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, targ
         ("--check", args.check),
     ):
         for value in values or []:
-            out += [name, value]
+            out.append(f"{name}={value}")
     for name, value in (
         ("--workload-image", args.workload_image),
         ("--gpu-node-selector", args.gpu_node_selector),
@@ -92,7 +94,7 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, targ
         ("--agent-selector", args.agent_selector),
     ):
         if value:
-            out += [name, value]
+            out.append(f"{name}={value}")
     if args.skip_preflight:
         out.append("--skip-preflight")
     if args.workers > 1:
@@ -106,6 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gpuconf: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.kubeconfig is not None:
+        try:
+            Cluster(args.kubeconfig)
+        except ClusterError as exc:
+            print(f"gpuconf: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         kubeconfig, scheduler, target = args.kubeconfig.resolve(), args.scheduler_name, "cluster"
     else:
         try:
@@ -121,12 +128,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         kubeconfig, target = sandbox.kubeconfig, "gpuconf-sandbox"
     args.report_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("preflight.json", "run.json"):  # an earlier run's, which must not speak for this one
+        (args.report_dir / stale).unlink(missing_ok=True)
     rc = int(pytest.main(pytest_args(args, kubeconfig, scheduler, target)))
     preflight = args.report_dir / "preflight.json"
     if preflight.exists() and "failed" in json.loads(preflight.read_text()):
         return EXIT_USAGE
+    run_json = args.report_dir / "run.json"
+    interrupted = run_json.exists() and bool(json.loads(run_json.read_text()).get("interrupted"))
     if rc == int(pytest.ExitCode.INTERRUPTED):
-        return EXIT_INTERRUPTED
+        # pytest's 2 is both "interrupted" and the plugin's usage exit; the run record tells them apart.
+        return EXIT_INTERRUPTED if interrupted else EXIT_USAGE
     if rc in (int(pytest.ExitCode.USAGE_ERROR), int(pytest.ExitCode.NO_TESTS_COLLECTED)):
         if rc == int(pytest.ExitCode.NO_TESTS_COLLECTED):
             print("gpuconf: error: no check matched the selection (--profile, --check)", file=sys.stderr)
