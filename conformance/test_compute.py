@@ -27,6 +27,7 @@ from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
 from fixtures.checks import Needs, check
 from fixtures.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
 from fixtures.suite import Suite, fail
+from fixtures.waiting import WaitTimeout, wait_until
 
 SHARE: Final = 0.3
 PORTION: Final = 0.5
@@ -312,3 +313,69 @@ def test_fault_isolation(suite: Suite) -> None:
             f"{neighbours[TIME_SLICING].name} on the same GPU ({hits[TIME_SLICING]['neighbourEnded']}): "
             "time-slicing workloads must be separate fault domains"
         )
+
+
+# ---------------------------------------------------------------------------------------- mode-guard
+
+GUARD_EXPLAIN_S: Final = 15.0
+
+
+@check(
+    id="mode-guard",
+    level="MUST",
+    statement="A container placed on a GPU that already runs the other compute mode MUST NOT start, and its "
+    "status or Events MUST say that the modes conflict.",
+    profiles=("node",),
+    features=("sm-sharing",),
+    seed="003/4",
+    needs=Needs(nodes=1, gpus=1, idle=True),
+)
+def test_mode_guard(suite: Suite) -> None:
+    # Node profile only: a correct scheduler never mixes modes on a GPU (mode-separation judges that),
+    # so only a placement written by hand puts the node to this test.
+    stage = Stage(suite)
+    size = stage.mib(SHARE)
+    holder = stage.place(
+        "sliced",
+        plan("sliced", {"op": "ready"}, {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"}),
+        request_mib=size,
+        mode=TIME_SLICING,
+    )
+    ended = stage.wait_ready(holder.name)
+    if ended is not None:
+        require(ended, (), "it runs alone on an idle GPU")
+    mixed = stage.place(
+        "shared", plan("shared", {"op": "hold", "seconds": 60}), request_mib=size, mode=SM_SHARING
+    )
+
+    def said() -> list[str]:
+        pod = suite.pod(mixed.name) or {}
+        out = [
+            str((cs.get("state") or {}).get("waiting", {}).get("message") or "")
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        out += [str(e.get("message") or "") for e in suite.events(mixed.name) if e.get("type") == "Warning"]
+        return [m for m in out if m]
+
+    def refused() -> list[str] | None:
+        if stage.ran(mixed.name):
+            return ["(started)"]
+        messages = said()
+        return messages if any("sm-sharing" in m and "time-slicing" in m for m in messages) else None
+
+    try:
+        messages = wait_until(refused, f"{mixed.name} to be refused", suite.timeout(GUARD_EXPLAIN_S))
+    except WaitTimeout:
+        messages = said()
+    suite.evidence.fact("refusal", messages[-3:])
+    if stage.ran(mixed.name):
+        raise fail(
+            f"{mixed.name} (sm-sharing) started on GPU {', '.join(mixed.gpus)}, which already runs "
+            f"{holder.name} (time-slicing): the node mixed the compute modes"
+        )
+    if not any("sm-sharing" in m and "time-slicing" in m for m in messages):
+        raise fail(
+            f"{mixed.name} did not start, but nothing says the compute modes conflict: {messages[-1:]}"
+        )
+    if not stage.running(holder.name):
+        raise fail(f"{holder.name}, already on the GPU, was stopped when {mixed.name} was refused")
