@@ -96,7 +96,7 @@ def test_mode_applied(suite: Suite) -> None:
             f"({pipes.pop()}): "
             "time-slicing containers belong on the default server, sm-sharing ones on the shared one"
         )
-    suite.evidence.fact("modes", seen)
+    suite.evidence.fact("modeApplied", seen)
     if problems:
         raise fail("; ".join(problems))
 
@@ -206,6 +206,21 @@ def test_compute_modes(suite: Suite) -> None:
         SM_SHARING: compare(soloed[SM_SHARING], outcomes["shared-0"], outcomes["shared-1"]),
     }
     suite.evidence.fact("comparison", figures)
+    suite.evidence.fact(
+        "modes",
+        {
+            mode: {
+                # One task (kernel) at a time per workload: side by side, each completes one in this long.
+                "completionSeconds": round(2 / sum(f["sharedKernelsPerS"]), 4)
+                if sum(f["sharedKernelsPerS"])
+                else None,
+                "throughput": f["batchKernelsPerS"],
+                "overlap": f["overlapFraction"],
+                "unit": "kernels/s",
+            }
+            for mode, f in figures.items()
+        },
+    )
     short = [m for m, f in figures.items() if f["sharedSeconds"] < MIN_SHARED_S]
     if short:
         raise NotJudged(
@@ -307,6 +322,9 @@ def test_fault_isolation(suite: Suite) -> None:
             raise NotJudged(f"the {mode} neighbour's last heartbeat came before the fault")
         hits[mode] = {"neighbourHit": not survived, "neighbourEnded": out.status, "exit": out.as_dict()}
     suite.evidence.fact("faultDomains", hits)
+    suite.evidence.fact(
+        "modes", {mode: {"faultIsolated": not hit["neighbourHit"]} for mode, hit in hits.items()}
+    )
     if hits[TIME_SLICING]["neighbourHit"]:
         raise fail(
             f"a device fault in {faulty[TIME_SLICING].name} (time-slicing) also ended its neighbour "

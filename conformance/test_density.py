@@ -102,6 +102,13 @@ def test_density_ramp(suite: Suite) -> None:
         step["gpus"] = sorted(gpus)
         readings.append(step)
         suite.evidence.fact("ramp", readings)
+        suite.evidence.fact(
+            "densityRamp",
+            [
+                {"pods": r["workloads"], "seconds": r["startLatencyS"]["max"], "throughput": r["kernelsPerS"]}
+                for r in readings
+            ],
+        )
         if step["failures"]:
             stopped = f"failures at {count} workloads"
             break

@@ -74,6 +74,20 @@ def must_be_ready(stage: Stage, name: str, why: str) -> None:
         require(ended, (), why)
 
 
+def eviction_fact(suite: Suite, evicted: list[Outcome], kept: list[Outcome], claim: Outcome) -> None:
+    """Who was evicted under pressure and who kept running, and how long the claimant waited."""
+    granted = claim.step("alloc").get("ms")
+    suite.evidence.fact(
+        "eviction",
+        {
+            "evicted": [o.name for o in evicted if o.evicted],
+            "kept": [o.name for o in kept if not o.evicted],
+            "reason": ", ".join(sorted({o.disruption or o.status for o in evicted if o.evicted})),
+            "seconds": round(float(granted) / 1000, 3) if granted is not None else None,
+        },
+    )
+
+
 def pressure_resolved(out: Outcome) -> dict[str, Any]:
     """How the claimant's allocation went: attempts under pressure and the time until it was granted."""
     step = out.step("alloc")
@@ -109,6 +123,7 @@ def test_soft_limit_eviction(suite: Suite) -> None:
     suite.evidence.fact("pressure", pressure_resolved(got))
     lent = stage.stop(borrower.name)
     suite.evidence.fact("borrower", lent.as_dict())
+    eviction_fact(suite, [lent], [got], got)
     if not lent.evicted:
         raise fail(
             f"{borrower.name} borrowed beyond its request of {request} MiB and was not evicted when "
@@ -147,6 +162,7 @@ def test_guarantee_kept(suite: Suite) -> None:
     suite.evidence.fact(
         "outcomes", {"keeper": held.as_dict(), "claimant": got.as_dict(), "borrower": lent.as_dict()}
     )
+    eviction_fact(suite, [lent, held, got], [held, got], got)
     evicted = [o for o in (held, got) if o.evicted]
     if evicted:
         raise fail(

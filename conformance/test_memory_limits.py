@@ -162,9 +162,17 @@ def test_burst_borrowing(suite: Suite) -> None:
         limit_mib=limit,
     )
     out = stage.wait_ended(borrower.name)
+    shown = out.step("meminfo").get("devices") or []
+    used = int(shown[0].get("used", 0)) // MIB if shown else None
     suite.evidence.fact(
         "borrowing",
-        {"requestMiB": borrower.request_mib, "limitMiB": borrower.limit_mib, "exit": out.as_dict()},
+        {
+            "requestMiB": borrower.request_mib,
+            "limitMiB": borrower.limit_mib,
+            "heldMiB": used,
+            "held": out.status == "ok" and not out.evicted and used == borrower.limit_mib,
+            "exit": out.as_dict(),
+        },
     )
     if out.evicted:
         raise fail(
@@ -178,8 +186,6 @@ def test_burst_borrowing(suite: Suite) -> None:
         f"on an idle GPU it may grow from its request of {borrower.request_mib} MiB to its limit of "
         f"{borrower.limit_mib} MiB and keep it",
     )
-    shown = out.step("meminfo").get("devices") or []
-    used = int(shown[0].get("used", 0)) // MIB if shown else None
     if used is not None and used < borrower.limit_mib:
         raise fail(
             f"{borrower.name} held {borrower.limit_mib} MiB, but the device counted only {used} MiB "
