@@ -173,7 +173,7 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "date": datetime.fromtimestamp(record.started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "duration": round(record.finished - record.started, 1),
         "implementation": impl,
-        "environment": describe(record.environment_view()),
+        "environment": describe(record.environment_view()) + left_out_rows(record),
         "profiles": profile_results(record),
         "verdict": record.verdict_line(),
         "exit_code": record.exit_code(),
@@ -189,6 +189,15 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "plots_hint": plots.INSTALL_HINT,
         "csp": CSP,
     }
+
+
+def left_out_rows(record: RunRecord) -> list[tuple[str, str]]:
+    """One row per GPU node the suite left out (MIG, not ready, whole-GPU Pods), from preflight."""
+    rows = []
+    for entry in (record.preflight or {}).get("leftOut") or []:
+        scope = "left out" if entry.get("excluded") == "all" else "left out of checks needing idle GPUs"
+        rows.append((f"Node {entry.get('node')}", f"{scope}: {entry.get('reason')}"))
+    return rows
 
 
 def environment() -> jinja2.Environment:
