@@ -10,17 +10,24 @@ Why a probe beside the conformance suite: the node half of the contract (docs/co
 validated on one machine before any cluster exists (the first step of seed 000's rollout path),
 and an operator upgrading a driver can run it on the node itself.
 
-Checks (``CHECKS``; ``--check`` picks some):
+Its checks are entries of the conformance catalog (``conformance/catalog.yaml``), in the profile
+``probe``: the same rule, statement and level as the suite's node checks, judged here by the agent
+in process instead of in a cluster (``CHECKS``; ``--check`` picks some; the probe's older names are
+accepted too):
 
-| id | statement |
-|---|---|
-| ``hard-limit`` | an allocation past the limit fails with out-of-memory, at the limit |
-| ``borrowing`` | between request and limit, allocations succeed while the GPU has idle memory |
-| ``pressure-eviction`` | a borrower is evicted when a guaranteed neighbour needs its memory |
-| ``mode-guard`` | a container of the other compute mode is refused on a GPU, allowed on another |
-| ``visibility`` | the container sees only its GPUs, with the limit as their memory (``nvidia-smi``, NVML) |
-| ``release`` | a stopped container's memory and guarantee are released |
-| ``fail-closed`` | a malformed contract is refused, naming key and rule |
+| catalog id | the probe's old name | what the probe does |
+|---|---|---|
+| ``hard-limit-oom`` | ``hard-limit`` | ``alloc-until-oom`` beside a neighbour that must keep its memory |
+| ``burst-borrowing`` | ``borrowing`` | grows from request to limit on an idle GPU, holds it, is not evicted |
+| ``soft-limit-eviction`` | ``pressure-eviction`` | a borrower is evicted when a guaranteed Pod needs it |
+| ``mode-guard`` | | a container of the other compute mode is refused on a GPU, allowed on another |
+| ``smi-visibility`` | ``visibility`` | the container sees only its GPUs, with the limit as their memory |
+| ``release-on-exit`` | ``release`` | a stopped container's memory and guarantee are released |
+| ``fail-closed`` | | a malformed contract is refused, naming key and rule |
+
+The result is the suite's result model (``reports.model``: ``RunRecord`` with ``source: probe``,
+one ``CheckResult`` per check keyed ``probe/<id>``), so every report renders a probe like a run:
+``--report-dir DIR`` writes it as ``gpuconf run`` does, ``--output FILE`` writes its ``run.json``.
 
 Every check is shown to FAIL against the matching seeded fault of the agent (``--fault``,
 ``enforcement.agent.options.FAULTS``), which is how this probe is itself tested.
@@ -49,6 +56,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from enforcement.backends import Backend
     from enforcement.contract import Mode
+    from fixtures.checks import Check
+    from reports.model import RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -72,16 +81,18 @@ class ProbeOptions:
     mps_root: str | None = None
     """``--backend mps``: pipe/log/state directory (default: a fresh temporary one)."""
     output: Path | None = None
+    report_dir: Path | None = None
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class ProbeResult:
     id: str
     statement: str
     status: str  # PASS | FAIL | SKIP | ERROR
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    started: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,13 +101,63 @@ class ProbeReport:
     simulated: bool
     gpus: list[dict[str, Any]]
     faults: list[str]
-    results: list[CheckResult]
+    results: list[ProbeResult]
     started_at: float
     wall_s: float
 
     @property
     def passed(self) -> bool:
         return all(r.status in ("PASS", "SKIP") for r in self.results)
+
+    def to_record(self) -> RunRecord:
+        """The probe in the suite's result model: one ``probe/<id>`` result per check, source ``probe``."""
+        from reports.model import Catalog, CheckResult, Environment, RunRecord
+
+        outcome = {"PASS": "passed", "FAIL": "failed", "SKIP": "skipped", "ERROR": "error"}
+        results = []
+        by_id = {c.id: c for c in CHECKS}
+        for r in self.results:
+            declared = by_id[r.id].declared
+            results.append(
+                CheckResult(
+                    key=declared.key("probe"),
+                    id=declared.id,
+                    profile="probe",
+                    party=declared.party("probe"),
+                    level=declared.level,
+                    statement=declared.statement,
+                    capability=declared.capability,
+                    outcome=outcome[r.status],  # type: ignore[arg-type]
+                    reason="" if r.status == "PASS" else r.summary,
+                    detail=r.summary,
+                    duration_s=r.seconds,
+                    features=list(declared.features),
+                    seed=declared.seed,
+                    evidence={"facts": {"summary": r.summary, **r.evidence}},
+                    started=r.started,
+                )
+            )
+        product = str(self.gpus[0].get("product") or "") if self.gpus else ""
+        memory = int(self.gpus[0].get("memory_mib") or 0) if self.gpus else 0
+        return RunRecord(
+            run_id="probe-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.started_at)),
+            started=self.started_at,
+            finished=self.started_at + self.wall_s,
+            target={"kind": "probe", "backend": self.backend, "simulated": self.simulated},
+            options={"profiles": ["probe"], "backend": self.backend, "faults": self.faults},
+            results=results,
+            source="probe",
+            environment=Environment(
+                node_agent="gpuconf reference agent",
+                agent_backend=self.backend,
+                simulated=self.simulated,
+                gpu_product=product,
+                gpu_count=len(self.gpus),
+                gpu_memory_mib=memory,
+                nodes=[{"name": "probe", "gpus": len(self.gpus), "memoryMiB": memory, "product": product}],
+            ),
+            catalog=Catalog(profiles=["probe"]),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +178,10 @@ class CheckFailed(Exception):
         super().__init__(summary)
         self.summary = summary
         self.evidence = dict(evidence or {})
+
+
+class CheckSkipped(CheckFailed):
+    """The check cannot be judged on this machine (not a failure); the summary says why."""
 
 
 # ---------------------------------------------------------------------------------------- session
@@ -261,9 +326,24 @@ def _refused(adjustment: Any) -> None:
 
 
 def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
+    import signal
+
     cap = s.capacity_mib
     request, limit = max(1, cap // 8), max(2, cap // 4)
     gran = MIB if s.simulated else 64 * MIB
+    held = max(1, cap // 8)
+    n_pod, n_adj = s.admit(_placement(held, held), "neighbour")
+    _refused(n_adj)
+    n_plan = {
+        "name": "neighbour",
+        "steps": [
+            {"op": "alloc", "bytes": held * MIB},
+            {"op": "touch"},
+            {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
+        ],
+    }
+    neighbour = s.run(n_pod, n_adj, n_plan)
+    neighbour.wait_for("heartbeat 1", WORKLOAD_TIMEOUT_S, or_exit=True)
     pod, adj = s.admit(_placement(request, limit))
     _refused(adj)
     plan = {
@@ -282,6 +362,19 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
         "exit_code": run.exit_code,
     }
     tolerance = 0 if s.simulated else max(gran, limit * MIB // 20)
+    time.sleep(0.3)  # a few of the neighbour's heartbeats after the out-of-memory
+    neighbour.proc.send_signal(signal.SIGTERM)
+    n_run = neighbour.finish(WORKLOAD_TIMEOUT_S)
+    beat = _step(n_run.result, "heartbeat")
+    evidence["neighbour"] = {
+        "status": n_run.result.get("status"),
+        "heartbeat": beat,
+        "held_bytes": held * MIB,
+    }
+    if n_run.result.get("status") != "ok" or beat.get("ended_by") != "signal":
+        raise CheckFailed(f"the neighbour did not keep running: {n_run.result.get('status')}", evidence)
+    if beat.get("used_min") and min(beat["used_min"]) < held * MIB:
+        raise CheckFailed("the neighbour lost memory it held while its neighbour ran out of memory", evidence)
     if step.get("stopped_by") != "oom":
         raise CheckFailed(
             f"no OOM: allocated {got // MIB} MiB against a limit of {limit} MiB "
@@ -290,13 +383,17 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
         )
     if not limit * MIB - tolerance <= got <= limit * MIB:
         raise CheckFailed(f"OOM at {got / MIB:.0f} MiB, not at the limit of {limit} MiB", evidence)
-    return f"OOM at {got / MIB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')})", evidence
+    return (
+        f"OOM at {got / MIB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')}); "
+        f"neighbour kept {held} MiB",
+        evidence,
+    )
 
 
 def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     cap = s.capacity_mib
     request, limit = max(1, cap // 8), max(2, cap // 2)
-    burst = (request + limit) // 2
+    burst = limit
     pod, adj = s.admit(_placement(request, limit))
     _refused(adj)
     plan = {
@@ -317,6 +414,9 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
         "status": run.result.get("status"),
         "exit_code": run.exit_code,
     }
+    evidence["evicted_pods"] = [ref.pod for ref, _at in s.kube.evictions]
+    if evidence["evicted_pods"]:
+        raise CheckFailed(f"the borrower was evicted on an idle GPU: {evidence['evicted_pods']}", evidence)
     if run.exit_code != 0 or alloc.get("outcome") != "ok":
         why = (alloc.get("oom") or {}).get("message") or run.result.get("status")
         raise CheckFailed(f"borrowing {burst} MiB (request {request}, limit {limit}) failed: {why}", evidence)
@@ -450,8 +550,13 @@ def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
         if not smi or len(smi) != 1 or int(smi[0].get("total_mib", -1)) != limit:
             raise CheckFailed(f"nvidia-smi does not show one GPU of {limit} MiB", evidence)
         return f"1 GPU ({target.uuid[:12]}...) of {limit} MiB in NVML and nvidia-smi", evidence
-    # A bare host has no container NVML shim: nvidia-smi shows the physical GPUs; recorded only.
-    return f"1 GPU ({target.uuid[:12]}...) visible to CUDA; nvidia-smi recorded as evidence", evidence
+    # A bare host has no container NVML shim: nvidia-smi shows the physical GPUs, so the rule
+    # (nvidia-smi lists the assigned GPUs with the limit as total) cannot be judged here.
+    raise CheckSkipped(
+        f"1 GPU ({target.uuid[:12]}...) visible to CUDA; a bare host has no container NVML shim, so what "
+        "nvidia-smi shows inside a container is judged by the suite's node profile, not here",
+        evidence,
+    )
 
 
 def check_release(s: Session) -> tuple[str, dict[str, Any]]:
@@ -496,49 +601,46 @@ def check_fail_closed(s: Session) -> tuple[str, dict[str, Any]]:
 @dataclass(frozen=True)
 class ProbeCheck:
     id: str
-    statement: str
+    """The catalog id: the declaration (statement, level, party) is the suite's check of that id."""
     run: Callable[[Session], tuple[str, dict[str, Any]]]
+    alias: str = ""
+    """The probe's name for it before the probe joined the catalog (still accepted by ``--check``)."""
+    module: str = ""
+    """The ``conformance`` module that declares it."""
+
+    @property
+    def declared(self) -> Check:
+        import importlib
+
+        from fixtures.checks import REGISTRY
+
+        importlib.import_module(f"conformance.{self.module}")
+        declared = REGISTRY[self.id]
+        if "probe" not in declared.profiles:
+            raise RuntimeError(f"catalog check {self.id} does not list the probe profile")
+        return declared
+
+    @property
+    def statement(self) -> str:
+        return self.declared.statement
 
 
 CHECKS: tuple[ProbeCheck, ...] = (
-    ProbeCheck(
-        "hard-limit",
-        "An allocation past the limit MUST fail with out-of-memory, at the limit.",
-        check_hard_limit,
-    ),
-    ProbeCheck(
-        "borrowing",
-        "Between request and limit, allocations MUST succeed while the GPU has idle memory.",
-        check_borrowing,
-    ),
-    ProbeCheck(
-        "pressure-eviction",
-        "Under pressure a borrower MUST be evicted so a guaranteed neighbour gets its memory; "
-        "a workload within its guarantee MUST NOT be.",
-        check_pressure_eviction,
-    ),
-    ProbeCheck(
-        "mode-guard",
-        "A container MUST be refused on a GPU running the other compute mode.",
-        check_mode_guard,
-    ),
-    ProbeCheck(
-        "visibility",
-        "A container MUST see only its assigned GPUs, with its limit as their memory.",
-        check_visibility,
-    ),
-    ProbeCheck(
-        "release",
-        "A stopped container's memory and guarantee MUST be released.",
-        check_release,
-    ),
-    ProbeCheck(
-        "fail-closed",
-        "A malformed contract MUST be refused, naming the key and the rule.",
-        check_fail_closed,
-    ),
+    ProbeCheck("hard-limit-oom", check_hard_limit, "hard-limit", "test_memory_limits"),
+    ProbeCheck("burst-borrowing", check_borrowing, "borrowing", "test_memory_limits"),
+    ProbeCheck("soft-limit-eviction", check_pressure_eviction, "pressure-eviction", "test_eviction"),
+    ProbeCheck("mode-guard", check_mode_guard, "", "test_compute"),
+    ProbeCheck("smi-visibility", check_visibility, "visibility", "test_visibility"),
+    ProbeCheck("release-on-exit", check_release, "release", "test_release"),
+    ProbeCheck("fail-closed", check_fail_closed, "", "test_failclosed"),
 )
 CHECK_IDS = tuple(c.id for c in CHECKS)
+ALIASES = {c.alias: c.id for c in CHECKS if c.alias}
+
+
+def check_id(name: str) -> str:
+    """A catalog id from a catalog id or one of the probe's older names."""
+    return ALIASES.get(name, name)
 
 
 # ---------------------------------------------------------------------------------------- running
@@ -586,9 +688,10 @@ def _open_backend(options: ProbeOptions, work: Path) -> tuple[Backend, bool, Cal
 
 def run_probe(options: ProbeOptions, log: Callable[[str], None] = lambda _m: None) -> ProbeReport:
     """Run the selected checks; raises ``SetupError`` when nothing can run."""
-    unknown = sorted(set(options.checks) - set(CHECK_IDS))
+    unknown = sorted({check_id(c) for c in options.checks} - set(CHECK_IDS))
     if unknown:
         raise SetupError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECK_IDS)}")
+    wanted = {check_id(c) for c in options.checks}
     from enforcement.agent.options import FAULTS
 
     bad_faults = sorted(set(options.faults) - set(FAULTS))
@@ -596,14 +699,14 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] = lambda _m: Non
         raise SetupError(f"unknown fault(s) {', '.join(bad_faults)}; known: {', '.join(FAULTS)}")
     started, t0 = time.time(), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="gprobe-", dir="/tmp"))  # short: socket paths <= 107 bytes
-    results: list[CheckResult] = []
+    results: list[ProbeResult] = []
     try:
         backend, simulated, close = _open_backend(options, work)
         try:
             session = Session(backend, options, work, simulated)
             try:
                 for check in CHECKS:
-                    if options.checks and check.id not in options.checks:
+                    if wanted and check.id not in wanted:
                         continue
                     log(f"probe: {check.id} ...")
                     results.append(_run_check(session, check))
@@ -620,11 +723,13 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] = lambda _m: Non
     )
 
 
-def _run_check(session: Session, check: ProbeCheck) -> CheckResult:
-    t0 = time.monotonic()
+def _run_check(session: Session, check: ProbeCheck) -> ProbeResult:
+    t0, started = time.monotonic(), time.time()
     try:
         summary, evidence = check.run(session)
         status = "PASS"
+    except CheckSkipped as exc:
+        summary, evidence, status = exc.summary, exc.evidence, "SKIP"
     except CheckFailed as exc:
         summary, evidence, status = exc.summary, exc.evidence, "FAIL"
     except AssertionError as exc:  # a workload that never printed what it should: a failure, with its output
@@ -637,7 +742,9 @@ def _run_check(session: Session, check: ProbeCheck) -> CheckResult:
             session.clean()
         except Exception as exc:  # noqa: BLE001 - the check's verdict stands; a failed clean-up is logged
             session.logs.append(f"clean-up after {check.id}: {exc}")
-    return CheckResult(check.id, check.statement, status, summary, evidence, round(time.monotonic() - t0, 3))
+    return ProbeResult(
+        check.id, check.statement, status, summary, evidence, round(time.monotonic() - t0, 3), started
+    )
 
 
 def render_table(report: ProbeReport) -> str:
@@ -679,9 +786,19 @@ def register(subparsers: Any) -> None:
         "--sim-gpus", default="2x4096", metavar="SPEC", help="sim: GPUs as COUNTxMIB (default 2x4096)"
     )
     p.add_argument(
-        "--check", action="append", default=[], choices=CHECK_IDS, help="run only this check (repeatable)"
+        "--check",
+        action="append",
+        default=[],
+        choices=[*CHECK_IDS, *ALIASES],
+        metavar="ID",
+        help=f"run only this check, repeatable: {', '.join(CHECK_IDS)} (catalog ids)",
     )
-    p.add_argument("--output", type=Path, help="write the results as JSON here")
+    p.add_argument("--output", type=Path, help="write the result (the run.json of the result model) here")
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        help="write the result as gpuconf run does (run.json, checks/, junit.xml): the reports render it",
+    )
     p.add_argument("--mps-root", help="mps: pipe/log/state directory (default: a temporary one)")
     p.add_argument("--fault", action="append", default=[], help=argparse.SUPPRESS)  # self-validation only
     p.set_defaults(func=main)
@@ -695,6 +812,7 @@ def main(args: argparse.Namespace) -> int:
         faults=frozenset(args.fault),
         mps_root=args.mps_root,
         output=args.output,
+        report_dir=args.report_dir,
     )
     try:
         report = run_probe(options, log=lambda m: print(m, file=sys.stderr, flush=True))
@@ -702,11 +820,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"gpuconf probe: {exc}", file=sys.stderr)
         return 2
     print(render_table(report))
-    if options.output is not None:
-        try:
+    record = report.to_record()
+    try:
+        if options.output is not None:
             options.output.parent.mkdir(parents=True, exist_ok=True)
-            options.output.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        except OSError as exc:
-            print(f"gpuconf probe: cannot write {options.output}: {exc}", file=sys.stderr)
-            return 2
+            options.output.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
+        if options.report_dir is not None:
+            from reports.model import write_run
+
+            write_run(record, options.report_dir)
+    except OSError as exc:
+        print(f"gpuconf probe: cannot write the result: {exc}", file=sys.stderr)
+        return 2
     return 0 if report.passed else 1

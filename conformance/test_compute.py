@@ -343,7 +343,7 @@ GUARD_EXPLAIN_S: Final = 15.0
     level="MUST",
     statement="A container placed on a GPU that already runs the other compute mode MUST NOT start, and its "
     "status or Events MUST say that the modes conflict.",
-    profiles=("node",),
+    profiles=("node", "probe"),
     features=("sm-sharing",),
     seed="003/4",
     needs=Needs(nodes=1, gpus=1, idle=True),

@@ -105,7 +105,7 @@ def pressure_resolved(out: Outcome) -> dict[str, Any]:
     level="MUST",
     statement="When a workload within its gpu-memory.request needs memory that borrowers above their request "
     "hold, a borrower MUST be evicted and the workload MUST then get its memory.",
-    profiles=("node", "stack"),
+    profiles=("node", "stack", "probe"),
     features=("soft-limit-eviction",),
     seed="000/2",
     needs=Needs(nodes=1, gpus=1, idle=True),

@@ -104,7 +104,7 @@ def _names(case: Malformed, text: str) -> tuple[bool, bool]:
     level="MUST",
     statement="A container placed with malformed placement annotations MUST NOT start, and its status "
     "or Events MUST name the annotation key and the rule it breaks.",
-    profiles=("node",),
+    profiles=("node", "probe"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )

@@ -41,7 +41,7 @@ def tolerance_mib(limit_mib: int, simulated: bool) -> int:
     statement="An allocation that would take a container past its gpu-memory.limit MUST fail with "
     "out-of-memory at the limit (never above it), and a neighbour on the same GPU MUST keep running "
     "with every byte it held.",
-    profiles=("node", "stack"),
+    profiles=("node", "stack", "probe"),
     seed="000/2",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
@@ -141,7 +141,7 @@ def test_hard_limit_oom(suite: Suite) -> None:
     statement="On an otherwise idle GPU a workload MUST be able to grow from its gpu-memory.request to its "
     "gpu-memory.limit and keep that memory for as long as no guaranteed neighbour needs it, without being "
     "evicted.",
-    profiles=("node", "stack"),
+    profiles=("node", "stack", "probe"),
     seed="000/2",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )

@@ -33,7 +33,7 @@ NEXT_START_S: Final = 10.0
     level="MUST",
     statement="When a workload exits or dies, its GPU memory and its guarantee MUST be free at once: "
     "the next workload on that GPU gets its whole guarantee at its first allocation, in either compute mode.",
-    profiles=("node", "stack"),
+    profiles=("node", "stack", "probe"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=2, idle=True),
 )

@@ -116,7 +116,7 @@ def test_env_injection(suite: Suite) -> None:
     level="MUST",
     statement="nvidia-smi inside a fenced container MUST list exactly the GPUs assigned to it, each with "
     "memory.total equal to its gpu-memory.limit.",
-    profiles=("node", "stack"),
+    profiles=("node", "stack", "probe"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )

@@ -1,5 +1,6 @@
 """``gpuconf probe`` on simulated GPUs: every check passes against the reference agent, and each
-check FAILS against the agent broken in the way that check exists to catch (a seeded fault)."""
+check FAILS against the agent broken in the way that check exists to catch (a seeded fault). Its
+checks are catalog checks (profile ``probe``) and its result is the suite's result model."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ import pytest
 
 from conformance import probe
 from conformance.probe import CHECK_IDS, ProbeOptions, SetupError, render_table, run_probe
+from fixtures.checks import REGISTRY
+from reports.model import load_run
 
 # check -> the seeded agent fault it must catch
 CAUGHT_BY = {
-    "hard-limit": "no-hard-limit",
-    "borrowing": "no-borrowing",
-    "pressure-eviction": "no-eviction",
+    "hard-limit-oom": "no-hard-limit",
+    "burst-borrowing": "no-borrowing",
+    "soft-limit-eviction": "no-eviction",
     "mode-guard": "no-mode-guard",
-    "visibility": "whole-gpu-visibility",
-    "release": "no-release",
+    "smi-visibility": "whole-gpu-visibility",
+    "release-on-exit": "no-release",
     "fail-closed": "fail-open",
 }
 
@@ -35,22 +38,34 @@ def test_every_check_has_a_fault_that_it_catches() -> None:
     assert set(CAUGHT_BY) == set(CHECK_IDS)
 
 
+def test_every_probe_check_is_a_catalog_check_in_the_probe_profile() -> None:
+    for check in probe.CHECKS:
+        declared = check.declared
+        assert declared is REGISTRY[check.id] and "probe" in declared.profiles
+        assert check.statement == declared.statement
+
+
 def test_all_checks_pass_on_the_simulated_device_and_results_are_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "probe.json"
-    assert cli("--backend", "sim", "--output", str(out)) == 0
+    assert cli("--backend", "sim", "--output", str(out), "--report-dir", str(tmp_path / "run")) == 0
     table = capsys.readouterr().out
     assert "7 of 7 checks passed" in table
     for check in CHECK_IDS:
         assert f"{check} " in table
     data = json.loads(out.read_text())
-    assert data["passed"] and data["simulated"] and data["backend"] == "sim"
-    assert [r["id"] for r in data["results"]] == list(CHECK_IDS)
-    assert all(r["status"] == "PASS" and r["evidence"] for r in data["results"])
-    pressure = next(r for r in data["results"] if r["id"] == "pressure-eviction")
-    assert pressure["evidence"]["evicted_pods"] == ["borrower"]
-    assert pressure["evidence"]["reaction_s"] <= 1.0
+    assert data["kind"] == "ConformanceRun" and data["source"] == "probe" and data["exitCode"] == 0
+    assert data["environment"]["simulated"] and data["environment"]["agent_backend"] == "sim"
+    assert [r["key"] for r in data["results"]] == [f"probe/{c}" for c in CHECK_IDS]
+    assert all(r["outcome"] == "passed" and r["evidence"]["facts"] for r in data["results"])
+    pressure = next(r for r in data["results"] if r["id"] == "soft-limit-eviction")
+    assert pressure["statement"] == REGISTRY["soft-limit-eviction"].statement
+    assert pressure["evidence"]["facts"]["evicted_pods"] == ["borrower"]
+    assert pressure["evidence"]["facts"]["reaction_s"] <= 1.0
+    record = load_run(tmp_path / "run")  # written as gpuconf run writes a run
+    assert record.source == "probe" and record.mode == "probe" and record.exit_code() == 0
+    assert {r.profile for r in record.results} == {"probe"}
 
 
 @pytest.mark.parametrize(("check", "fault"), sorted(CAUGHT_BY.items()))
@@ -62,9 +77,9 @@ def test_each_check_fails_against_its_seeded_fault(check: str, fault: str) -> No
     assert "SEEDED FAULTS" in render_table(report)
 
 
-def test_the_evictor_choosing_the_guaranteed_pod_fails_pressure_eviction() -> None:
+def test_the_evictor_choosing_the_guaranteed_pod_fails_soft_limit_eviction() -> None:
     report = run_probe(
-        ProbeOptions(backend="sim", checks=("pressure-eviction",), faults=frozenset({"evict-guaranteed"}))
+        ProbeOptions(backend="sim", checks=("soft-limit-eviction",), faults=frozenset({"evict-guaranteed"}))
     )
     (result,) = report.results
     assert result.status == "FAIL" and "within its guarantee" in result.summary
@@ -73,6 +88,12 @@ def test_the_evictor_choosing_the_guaranteed_pod_fails_pressure_eviction() -> No
 def test_a_failed_check_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("--backend", "sim", "--check", "fail-closed", "--fault", "fail-open") == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_the_probes_older_check_names_still_select_their_checks() -> None:
+    report = run_probe(ProbeOptions(backend="sim", checks=("hard-limit", "release")))
+    assert [r.id for r in report.results] == ["hard-limit-oom", "release-on-exit"]
+    assert report.to_record().results[0].key == "probe/hard-limit-oom"
 
 
 def test_setup_errors_exit_2_with_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
