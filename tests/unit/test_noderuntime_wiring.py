@@ -143,3 +143,26 @@ def test_accepts_tells_a_live_socket_from_a_stale_file(tmp_path: Path) -> None:
     assert accepts(path)
     server.close()
     assert path.exists() and not accepts(path)
+
+
+def test_agent_faults_reach_every_agent_or_one_nodes_and_the_hook_is_announced(stub: StubSandbox) -> None:
+    from dataclasses import replace
+
+    stub.config = replace(stub.config, agent_faults=("no-eviction", "gpu-a-1:fail-open"))
+    by_name = {c.name: c for c in components(stub, topology.load("default"))}
+    first, second = by_name["agent/gpu-a-0"].argv, by_name["agent/gpu-a-1"].argv
+    assert "--announce-restart-hook" in first and "--announce-restart-hook" in second
+    faults = [[argv[i + 1] for i, a in enumerate(argv) if a == "--fault"] for argv in (first, second)]
+    assert faults == [["no-eviction"], ["fail-open", "no-eviction"]]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"), [("no-such", "unknown fault"), ("gpu-z-9:no-eviction", "no node 'gpu-z-9'")]
+)
+def test_an_unknown_agent_fault_or_node_is_refused_before_anything_starts(entry: str, message: str) -> None:
+    from fixtures.noderuntime.component import SOURCE
+    from fixtures.sandbox.errors import SandboxError
+
+    config = SandboxConfig(node_runtime=True, agent_faults=(entry,))
+    with pytest.raises(SandboxError, match=message):
+        SOURCE.check(config, topology.load("default"))

@@ -492,3 +492,43 @@ def test_a_bug_in_a_step_is_an_error_result_not_a_crash() -> None:
     code, result = run([{"op": "alloc", "bytes": "1Mi"}, {"op": "touch"}], Buggy())
     assert code == ExitCode.ERROR
     assert result["error"]["type"] == "KeyError" and result["steps"][1]["outcome"] == "error"
+
+
+# ---- ready and env
+
+
+def test_ready_writes_the_file_a_readiness_probe_tests_for(tmp_path: Path) -> None:
+    explicit = tmp_path / "explicit"
+    code, result = run([{"op": "ready", "path": str(explicit)}])
+    assert code == ExitCode.OK and explicit.exists() and result["steps"][0]["path"] == str(explicit)
+    conventional = tmp_path / "from-env"
+    code, result = run([{"op": "ready"}], environ={"GPUCONF_READY_PATH": str(conventional)})
+    assert code == ExitCode.OK and conventional.exists()
+
+
+def test_ready_that_cannot_write_its_file_is_an_error(tmp_path: Path) -> None:
+    code, result = run([{"op": "ready", "path": str(tmp_path / "no" / "such" / "dir" / "ready")}])
+    assert code == ExitCode.ERROR and "cannot write the ready file" in result["error"]["message"]
+
+
+def test_env_records_the_named_variables_and_null_for_unset_ones() -> None:
+    code, result = run([{"op": "env", "names": ["A", "B"]}], environ={"A": "1"})
+    assert code == ExitCode.OK and result["steps"][0]["env"] == {"A": "1", "B": None}
+
+
+@pytest.mark.parametrize("names", [[], "A", ["1A"], ["A B"], [1]])
+def test_env_refuses_anything_but_a_list_of_variable_names(names: Any) -> None:
+    from workloads.plan import PlanError
+
+    with pytest.raises(PlanError, match=r"steps\[0\]\(env\)\.names"):
+        parse_plan([{"op": "env", "names": names}])
+
+
+def test_heartbeat_records_its_first_and_last_beat_and_the_least_memory_the_device_counted() -> None:
+    before = time.time()
+    code, result = run(
+        [{"op": "alloc", "bytes": "64Mi"}, {"op": "heartbeat", "interval": 0.01, "count": 3}], FakeBackend()
+    )
+    beat = result["steps"][1]
+    assert code == ExitCode.OK and before - 0.01 <= beat["first_at"] <= beat["last_at"] <= time.time() + 0.01
+    assert beat["used_min"] == [64 * MiB]

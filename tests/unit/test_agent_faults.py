@@ -1,0 +1,73 @@
+"""The reference agent's newer seeded faults, each breaking exactly one duty (and nothing else)."""
+
+from __future__ import annotations
+
+from agent_pods import make_pod, placement
+
+from enforcement.agent.environment import (
+    ENV_LIMIT,
+    ENV_PIPE_DIRECTORY,
+    ENV_THREAD_PERCENTAGE,
+    ENV_VISIBLE_DEVICES,
+)
+from enforcement.agent.evictor import choose_victims
+from enforcement.agent.kube import REASON_REJECTED
+from enforcement.agent.options import AgentOptions
+from enforcement.agent.testing import sim_agent
+from enforcement.backends import Candidate, GpuPressure
+from enforcement.contract import nvidia_key
+
+MIB = 1 << 20
+BORROWER = Candidate("borrower", used_bytes=300, guarantee_bytes=100)
+WITHIN = Candidate("within", used_bytes=100, guarantee_bytes=100)
+
+
+def agent(*faults: str):
+    return sim_agent((1024, 1024, 1024), options=AgentOptions(node="node-a", faults=frozenset(faults)))
+
+
+def idle(*candidates: Candidate) -> GpuPressure:
+    return GpuPressure(0, "GPU-0", False, 0, 1 << 30, (), 0.0, tuple(candidates), ())
+
+
+def test_evict_without_pressure_picks_every_borrower_on_an_idle_gpu_and_no_one_within() -> None:
+    assert choose_victims([idle(BORROWER, WITHIN)]) == []
+    victims = choose_victims([idle(BORROWER, WITHIN)], without_pressure=True)
+    assert [v.client for v in victims] == ["borrower"]
+
+
+def test_ignore_mode_runs_sm_sharing_as_time_slicing_and_nothing_else_changes() -> None:
+    a = agent("ignore-mode")
+    pod = make_pod("p", placement("main", 64, 128, mode="sm-sharing", portion=0.5))
+    adj = a.core.create_container(pod, "main")
+    assert adj.allowed
+    assert adj.env[ENV_PIPE_DIRECTORY].endswith("/time-slicing") and ENV_THREAD_PERCENTAGE not in adj.env
+    held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
+    assert held.mode == "time-slicing" and held.gpus[0].hard_limit_bytes == 128 * MIB
+
+
+def test_wrong_visible_devices_names_other_gpus_than_the_fence() -> None:
+    a = agent("wrong-visible-devices")
+    uuids = [g.uuid for g in a.node.gpus]
+    adj = a.core.create_container(make_pod("p", placement("main", 64, 128, devices=("0",))), "main")
+    assert adj.allowed and adj.env[ENV_VISIBLE_DEVICES] != uuids[0]
+    assert adj.env[ENV_LIMIT] == "128"
+    held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
+    assert [g.uuid for g in held.gpus] == [uuids[0]], "the fence itself stays on the assigned GPU"
+
+
+def test_fail_open_silently_starts_unfenced_and_records_nothing() -> None:
+    a = agent("fail-open-silently")
+    ann = placement("main", 64, 128)
+    ann[nvidia_key("main", ".gpu-memory.request")] = "lots"
+    adj = a.core.create_container(make_pod("p", ann), "main")
+    assert adj.allowed and dict(adj.env) == {}
+    assert a.kube.events == [] and a.node.snapshot().clients == ()
+
+
+def test_without_faults_a_malformed_contract_is_still_refused_with_an_event() -> None:
+    a = agent()
+    ann = placement("main", 64, 128)
+    ann[nvidia_key("main", ".gpu-memory.request")] = "lots"
+    adj = a.core.create_container(make_pod("p", ann), "main")
+    assert not adj.allowed and [e.reason for e in a.kube.events] == [REASON_REJECTED]
