@@ -19,9 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 
+from conformance import sonobuoy
 from fixtures.checks import FEATURES, PROFILES, SUITE_PROFILES
-from fixtures.cluster import Cluster, ClusterError
+from fixtures.cluster import Cluster, ClusterError, in_cluster
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
 from reports.cli import add_implementation_options, baseline_check, implementation_from
@@ -51,7 +53,7 @@ def validate(args: argparse.Namespace) -> str | None:
             return f"--check {c!r}: unknown check id; known: {', '.join(sorted(known))}"
     if args.kubeconfig is not None and not args.kubeconfig.is_file():
         return f"--kubeconfig {args.kubeconfig}: no such file"
-    if args.kubeconfig is not None and not args.scheduler_name:
+    if (args.kubeconfig is not None or in_cluster()) and not args.scheduler_name:
         return (
             "--scheduler-name: name the scheduler under test (its spec.schedulerName) when judging a cluster"
         )
@@ -69,15 +71,19 @@ def _default_scheduler(args: argparse.Namespace) -> str:
     specs = schedulers_from_args(args)
     if not specs:
         raise SandboxError(
-            "the sandbox runs no scheduler (--scheduler none): pass --scheduler-name for yours"
+            "the sandbox runs none of gpuconf's schedulers (--scheduler none, or --scheduler-command): pass "
+            "--scheduler-name with the spec.schedulerName yours serves"
         )
     return parse_spec(specs[0]).name
 
 
-def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, target: str) -> list[str]:
+def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: str, target: str) -> list[str]:
+    """``kubeconfig`` None: in-cluster configuration (the plugin finds it itself)."""
     # Paths go as --opt=value: pytest would take a lone path-like token as a hint for its rootdir.
     out = ["--pyargs", "conformance", "-p", "no:cacheprovider", "-q", "--no-header"]
-    out += [f"--kubeconfig={kubeconfig}", f"--scheduler-name={scheduler}", f"--gpuconf-target={target}"]
+    if kubeconfig is not None:
+        out.append(f"--kubeconfig={kubeconfig}")
+    out += [f"--scheduler-name={scheduler}", f"--gpuconf-target={target}"]
     out += [f"--report-dir={args.report_dir}", f"--timeout-scale={args.timeout_scale}"]
     for name, values in (
         ("--profile", args.profile),
@@ -103,11 +109,84 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path, scheduler: str, targ
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """The suite (or, with ``--dry-run``, its plan); in a Sonobuoy plugin, the results handed over."""
+    if args.dry_run:
+        return cmd_dry_run(args)
+    rc = _run_suite(args)
+    results = sonobuoy.results_dir()
+    if results is not None:
+        tarball = sonobuoy.finish(args.report_dir, results, rc)
+        print(f"gpuconf: results for Sonobuoy in {tarball} (named in {results / sonobuoy.DONE})")
+    return rc
+
+
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    """``--dry-run``: the plan (``conformance.dryrun``); reads the cluster if there is one, writes nothing."""
+    from conformance import dryrun
+    from conformance.catalog import load_checks
+    from fixtures.plugin import AGENT_RESTART, WITHHELD_REASON
+
     problem = validate(args)
     if problem:
         print(f"gpuconf: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if args.kubeconfig is not None:
+    profiles = tuple(_csv(args.profile)) or SUITE_PROFILES
+    named = _csv(args.supported_features)
+    supported = frozenset(named or FEATURES) - frozenset(_csv(args.exempt_features))
+    view = None
+    if args.kubeconfig is not None or in_cluster():
+        try:
+            cluster = Cluster(args.kubeconfig, in_cluster=args.kubeconfig is None)
+            view = dryrun.cluster_view(cluster, args.gpu_node_selector)
+        except (ClusterError, ApiException, OSError) as exc:
+            print(f"gpuconf: error: cannot read the cluster: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        scheduler = args.scheduler_name
+        target = {"kind": "cluster" if args.kubeconfig else "in-cluster", "server": cluster.server}
+        simulated = bool(view["nodes"]) and all(n.simulated for n in view["nodes"])
+    else:
+        try:
+            scheduler = args.scheduler_name or _default_scheduler(args)
+        except SandboxError as exc:
+            print(f"gpuconf: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        sandbox = sandbox_from_args(args)
+        state = sandbox.status().state
+        target = {
+            "kind": "gpuconf-sandbox",
+            "server": sandbox.server,
+            "sandbox": f"{state} in {sandbox.dir}"
+            + ("" if state == "running" else " (a run would bring it up)"),
+        }
+        simulated = True
+    withheld = "" if simulated or AGENT_RESTART in named else WITHHELD_REASON
+    data = dryrun.plan(
+        load_checks(),
+        profiles=profiles,
+        supported=supported,
+        only=_csv(args.check),
+        scheduler=scheduler or "",
+        target=target,
+        view=view,
+        withheld=withheld,
+    )
+    if args.dry_run == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        dryrun.render(data)
+    return 0
+
+
+def _run_suite(args: argparse.Namespace) -> int:
+    problem = validate(args)
+    if problem:
+        print(f"gpuconf: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    kubeconfig: Path | None
+    if args.kubeconfig is None and in_cluster():
+        # In a Pod (the Job, Sonobuoy): the cluster around it. Never a sandbox there.
+        kubeconfig, scheduler, target = None, args.scheduler_name, "in-cluster"
+    elif args.kubeconfig is not None:
         try:
             Cluster(args.kubeconfig)
         except ClusterError as exc:
@@ -171,7 +250,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     target = parser.add_argument_group("what is judged")
     target.add_argument(
-        "--kubeconfig", type=Path, default=None, help="the cluster under test (default: the sandbox)"
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="the cluster under test (default: in a Pod, the cluster around it; elsewhere the sandbox)",
     )
     target.add_argument(
         "--scheduler-name", default=None, help="spec.schedulerName under test (sandbox: its scheduler)"
@@ -216,6 +298,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     how.add_argument("--agent-selector", default=None, help="label selector of the node agent's Pods")
     how.add_argument(
         "--baseline", type=Path, default=None, help="an earlier run (dir or run.json): exit 1 on a regression"
+    )
+    how.add_argument(
+        "--dry-run",
+        nargs="?",
+        const="text",
+        default=None,
+        choices=("text", "json"),
+        help="list the checks that would run or skip (and why) and what each would create; create nothing "
+        "(with --kubeconfig or in a Pod it reads the GPU nodes); --dry-run=json for JSON",
     )
     how.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (e.g. -x, -k EXPR)")
     add_implementation_options(parser)
