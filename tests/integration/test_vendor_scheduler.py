@@ -393,3 +393,17 @@ def test_down_stops_the_commands_with_the_rest(box: Sandbox) -> None:
     assert "scheduler/command-1" in done.stdout
     assert not any(rec.alive() for rec in commands)
     assert not box.dir.exists(), "down leaves nothing of the sandbox, the commands' folders included"
+
+
+def test_a_command_that_exits_at_once_fails_up_with_its_log(tmp_path: Path) -> None:
+    from fixtures.sandbox.errors import SandboxError
+
+    failing = f"{sys.executable} -c \"import sys; print('unknown flag --frobnicate'); sys.exit(3)\""
+    box = Sandbox(SandboxConfig(state_dir=tmp_path / "sb", ports=Ports.free(), scheduler_commands=(failing,)))
+    try:
+        with pytest.raises(SandboxError, match="scheduler/command-1 exited") as caught:
+            box.up(log=print)
+        assert "unknown flag --frobnicate" in str(caught.value), "the error shows the end of its log"
+        assert not any(rec.alive() for rec in records(box).values()), "a failed up leaves nothing running"
+    finally:
+        box.down()

@@ -15,6 +15,7 @@ from fixtures.sandbox.config import SandboxConfig
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.errors import SandboxError
 from fixtures.sandbox.registry import default_sources
+from fixtures.scheduler.command import SOURCE as SCHEDULER_COMMANDS
 from fixtures.scheduler.component import SOURCE as SCHEDULERS
 
 
@@ -43,9 +44,9 @@ class Echo:
 
 
 def test_default_sources_are_schedulers_then_node_runtimes() -> None:
-    assert default_sources() == (SCHEDULERS, NODE_RUNTIMES)
-    sources: tuple[ComponentSource, ...] = default_sources()  # both satisfy the protocol (mypy)
-    assert [s.name for s in sources] == ["schedulers", "node runtime"]
+    assert default_sources() == (SCHEDULERS, SCHEDULER_COMMANDS, NODE_RUNTIMES)
+    sources: tuple[ComponentSource, ...] = default_sources()  # all satisfy the protocol (mypy)
+    assert [s.name for s in sources] == ["schedulers", "scheduler commands", "node runtime"]
 
 
 def test_a_source_that_refuses_stops_up_before_anything_starts(tmp_path: Path) -> None:
