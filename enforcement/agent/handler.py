@@ -242,6 +242,8 @@ class AgentCore:
             fraction = dataclasses.replace(
                 fraction, limit_mib=max(capacity.values(), default=fraction.limit_mib)
             )
+        if opts.has("full-visibility"):
+            gpus = tuple(g.uuid for g in node_gpus)
         if opts.has("no-hard-limit"):
             whole = max((capacity.get(g, 0) for g in gpus), default=0)
             fraction = dataclasses.replace(fraction, limit_mib=max(whole, fraction.request_mib))

@@ -20,6 +20,7 @@ FAULTS: Final[dict[str, str]] = {
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
     "ignore-mode": "every container runs time-slicing, whatever its gpu-compute.mode asks",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
+    "full-visibility": "every fractional container sees every GPU of the node (each with its own limit)",
     "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the container is fenced on",
     "no-release": "a stopped container's memory and guarantee are never released",
     "no-recovery": "a restarted agent adopts nothing the backend still holds",

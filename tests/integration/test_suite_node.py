@@ -40,6 +40,7 @@ CAUGHT_BY: dict[str, set[str]] = {
     "no-mode-guard": {"mode-guard"},
     "ignore-mode": {"mode-applied", "compute-modes"},
     "whole-gpu-visibility": {"smi-visibility", "env-injection"},
+    "full-visibility": {"smi-visibility", "env-injection"},
     "wrong-visible-devices": {"env-injection"},
     "no-release": {"release-on-exit"},
     "no-recovery": {"agent-restart"},

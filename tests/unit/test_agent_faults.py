@@ -71,3 +71,12 @@ def test_without_faults_a_malformed_contract_is_still_refused_with_an_event() ->
     ann[nvidia_key("main", ".gpu-memory.request")] = "lots"
     adj = a.core.create_container(make_pod("p", ann), "main")
     assert not adj.allowed and [e.reason for e in a.kube.events] == [REASON_REJECTED]
+
+
+def test_full_visibility_fences_every_gpu_of_the_node_with_the_containers_own_limit() -> None:
+    a = agent("full-visibility")
+    uuids = [g.uuid for g in a.node.gpus]
+    adj = a.core.create_container(make_pod("p", placement("main", 64, 128, devices=("1",))), "main")
+    assert adj.allowed and adj.env[ENV_VISIBLE_DEVICES] == ",".join(uuids) and adj.env[ENV_LIMIT] == "128"
+    held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
+    assert [g.uuid for g in held.gpus] == uuids and {g.hard_limit_bytes for g in held.gpus} == {128 * MIB}
