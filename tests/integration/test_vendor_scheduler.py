@@ -375,11 +375,100 @@ def test_the_suite_needs_no_more_than_its_clusterrole(box: Sandbox, tmp_path: Pa
     run_id = json.loads((report / "run.json").read_text())["runId"]
     left = box.core_v1().list_namespace(label_selector=f"gpuconf.io/run={run_id}").items
     assert not left, [n.metadata.name for n in left]
+    from kubernetes import client
+
+    def world() -> tuple[set[str], set[str], set[str]]:
+        leases = client.CoordinationV1Api(box.api_client()).list_lease_for_all_namespaces().items
+        return (
+            {n.metadata.name for n in box.core_v1().list_namespace().items},
+            {
+                f"{p.metadata.namespace}/{p.metadata.name}"
+                for p in box.core_v1().list_pod_for_all_namespaces().items
+            },
+            {
+                f"{x.metadata.namespace}/{x.metadata.name}"
+                for x in leases
+                if x.metadata.namespace == "gpuconf-leases"
+            },
+        )
+
+    before = world()
     dry = gpuconf("run", "--dry-run=json", "--kubeconfig", str(kubeconfig), "--scheduler-name", "gpuconf-toy")
     assert dry.returncode == 0, dry.stderr
+    assert world() == before, "a dry run against a cluster only reads"
     plan = json.loads(dry.stdout)
     assert {n["name"] for n in plan["gpuNodes"]} >= {"gpu-a-0", "gpu-a-1"}
     assert plan["target"]["kind"] == "cluster"
+
+
+# ------------------------------------------------------------------------------- shared clusters
+
+
+def mig_node(name: str) -> dict[str, Any]:
+    """A GPU node a fraction could go to, were its GPUs not MIG-partitioned."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.memory": "143771",
+        "nvidia.com/gpu.product": "NVIDIA-H200",
+        "nvidia.com/mig.config": "all-1g.18gb",
+        "gpuconf.io/simulated": "true",
+    }
+    status = {
+        "capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/mig-1g.18gb": "28"},
+        "conditions": [
+            {
+                "type": t,
+                "status": "True",
+                "reason": "Test",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for t in ("Ready", "gpu-fractioning.nvidia.com/Ready")
+        ],
+    }
+    return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+
+def test_mig_nodes_and_gpus_held_whole_are_left_out_and_said(box: Sandbox, tmp_path: Path) -> None:
+    core = box.core_v1()
+    core.create_node({"metadata": mig_node("gpu-mig-0")["metadata"]})
+    core.patch_node("gpu-mig-0", {"spec": {"taints": []}})
+    core.patch_node_status("gpu-mig-0", {"status": mig_node("gpu-mig-0")["status"]})
+    core.create_namespace({"metadata": {"name": "training"}})
+    whole = {
+        "name": "main",
+        "image": "gpuconf/workload:test",
+        "command": ["sleep", "600"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    core.create_namespaced_pod(
+        "training", {"metadata": {"name": "trainer"}, "spec": {"nodeName": "gpu-a-0", "containers": [whole]}}
+    )
+    try:
+        done = gpuconf(
+            "run", "--kubeconfig", str(box.kubeconfig), "--scheduler-name", "gpuconf-toy",
+            "--profile", "scheduler", "--report-dir", str(tmp_path),
+            "--check", "memory-fit", "--check", "annotations-at-bind",
+        )  # fmt: skip
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        run = json.loads((tmp_path / "run.json").read_text())
+        left = {e["node"]: e for e in run["preflight"]["leftOut"]}
+        assert left["gpu-mig-0"]["excluded"] == "all" and "MIG-partitioned" in left["gpu-mig-0"]["reason"]
+        assert left["gpu-a-0"]["excluded"] == "idle" and "training/trainer (1)" in left["gpu-a-0"]["reason"]
+        for result in run["results"]:
+            leased = json.dumps(result["evidence"]["facts"]["nodes"])
+            assert "gpu-a-1" in leased and "gpu-a-0" not in leased and "gpu-mig" not in leased, result
+        html = (tmp_path / "report.html").read_text()
+        assert "Node gpu-mig-0" in html and "left out of checks needing idle GPUs" in html
+        assert "gpu-mig-0 left out: MIG-partitioned" in output, "preflight says it as it runs"
+    finally:
+        core.delete_namespace("training", grace_period_seconds=0)
+        core.delete_node("gpu-mig-0")
 
 
 # ------------------------------------------------------------------------------- down

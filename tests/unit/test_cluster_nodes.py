@@ -200,12 +200,16 @@ def test_in_cluster_needs_both_the_service_host_and_the_token(
 ) -> None:
     token = tmp_path / "token"
     monkeypatch.setattr(cluster_module, "SERVICE_ACCOUNT_TOKEN", str(token))
+    monkeypatch.delenv("GPUCONF_IN_CLUSTER")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert not in_cluster()
     token.write_text("t")
     assert not in_cluster()
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     assert in_cluster()
+    monkeypatch.setenv("GPUCONF_IN_CLUSTER", "0")
+    assert not in_cluster(), "GPUCONF_IN_CLUSTER=0: a CI runner in a Pod keeps to the sandbox"
+    monkeypatch.delenv("GPUCONF_IN_CLUSTER")
     token.unlink()
     assert not in_cluster()
 
