@@ -238,3 +238,26 @@ def test_the_plugin_restarts_a_real_agent_only_when_the_user_names_the_feature(
     withhold_agent_restart(Options(named), state)  # type: ignore[arg-type]
     assert (state.options.extra.get(WITHHELD) == WITHHELD_REASON) is withheld
     assert state.options.supported_features == options.supported_features, "the features stay as declared"
+
+
+@pytest.mark.parametrize(("simulated", "withheld"), [(True, False), (False, True)])
+def test_with_preflight_skipped_the_plugin_reads_the_nodes_to_decide(simulated: bool, withheld: bool) -> None:
+    from types import SimpleNamespace
+
+    from fixtures.plugin import WITHHELD, withhold_agent_restart
+    from fixtures.suite import RunOptions
+
+    labels = {"gpuconf.io/simulated": "true"} if simulated else {}
+
+    class Nodes:
+        def gpu_nodes(self, selector: str = "") -> list[GpuNode]:
+            return [gpu("a", **labels), gpu("b", **labels)]
+
+    options = RunOptions(
+        scheduler_name="s", profiles=("node",), supported_features=frozenset(FEATURES), run_id="r"
+    )
+    state = SimpleNamespace(
+        options=options, target={"kind": "cluster"}, preflight={"skipped": True}, cluster=Nodes()
+    )
+    withhold_agent_restart(Options(None), state)  # type: ignore[arg-type]
+    assert (WITHHELD in state.options.extra) is withheld
