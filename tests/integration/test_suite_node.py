@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.sandbox
 
 NODES = ("gpu-a-0", "gpu-a-1")
 RUN_TIMEOUT_S = 600
+STAGGER_S = 3.0
 
 CAUGHT_BY: dict[str, set[str]] = {
     "no-hard-limit": {"hard-limit-oom"},
@@ -119,6 +121,9 @@ def fault_runs(
 
         def judge(node: str, configured: Sandbox = configured, chosen: dict[str, str] = chosen) -> Any:
             fault = chosen[node]
+            # Not both at the same instant: a run starting cleans namespaces of runs whose lease it
+            # does not see yet, so the second starts once the first holds its run lease.
+            time.sleep(STAGGER_S * list(chosen).index(node))
             checks = [arg for check in sorted(CAUGHT_BY[fault]) for arg in ("--check", check)]
             selector = ["--gpu-node-selector", f"kubernetes.io/hostname={node}", "--skip-preflight"]
             return run_suite(
