@@ -259,3 +259,37 @@ def test_a_writer_appending_goes_on_at_the_new_end(tmp_path: Path) -> None:
         writer.write(b"after\n")
         writer.flush()
     assert log.read_bytes().endswith(b"after\n") and log.stat().st_size < 300
+
+
+# ------------------------------------------------------------------------------- the end of a run
+
+
+def test_the_end_of_a_run_survives_an_api_server_that_is_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cleanup with no API server: it says what it could not do and returns, so the results are
+    still written (before, release_all's connection error ended the run without run.json)."""
+    from fixtures import plugin
+
+    class Dead:
+        def __getattr__(self, _name: str) -> Any:
+            def call(*_a: Any, **_k: Any) -> Any:
+                raise refused_connection()
+
+            return call
+
+    cluster = Cluster.__new__(Cluster)
+    cluster.core = Dead()
+    cluster.coordination = Dead()
+    cluster.api = SimpleNamespace(configuration=SimpleNamespace(host="https://127.0.0.1:1"))
+    cluster.ready = lambda timeout=5.0: False  # type: ignore[method-assign]
+    monkeypatch.setattr(plugin, "API_BACK_S", 0.2)
+    monkeypatch.setattr(cluster_module.time, "sleep", lambda _s: None)
+    leases = leases_module.Leases(cluster, "run-1", "run-1/controller")
+    leases._held["run-run-1"] = "1"
+    state = SimpleNamespace(cluster=cluster, options=SimpleNamespace(run_id="run-1"), leases=leases)
+    config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugin=lambda _name: None))
+    assert plugin._cleanup_run(state, config) == []  # type: ignore[arg-type]
+    said = capsys.readouterr().err
+    assert "cleanup waits up to" in said and "has not been ready" in said
+    assert "could not release the run's Leases (the API server at http://127.0.0.1:" in said
