@@ -527,7 +527,11 @@ def test_hostile_pods_beside_a_run_neither_stall_nor_crash_anything(
         flood_log = Path(
             pods["flood"]["metadata"]["annotations"]["sandbox.gpuconf.io/log-dir"], "main", "0.log"
         )
-        assert flood_log.stat().st_size <= LOG_MAX_BYTES + 4 * MIB, "the flooding container's log is capped"
+        # Cut back once past LOG_MAX_BYTES, checked every second: it may overshoot by a second's flood.
+        flood_size = flood_log.stat().st_size
+        kubelet_log = Path(records(box)["runtime/gpu-a-1"].log).read_text(errors="replace")
+        assert f"cut back the log {flood_log}" in kubelet_log
+        assert flood_size < 4 * LOG_MAX_BYTES, f"the flooding container's log holds {flood_size} bytes"
 
         started = time.monotonic()
         cluster.core.delete_namespace(namespace, grace_period_seconds=0)
