@@ -5,7 +5,9 @@ organization, project, url, version, contact, given as options and required for 
 when (``date``), with which gpuconf (``gpuconfVersion``) and how the implementation was reached
 (``mode``: sandbox, cluster or probe), the cluster it ran on, and per profile its result
 (``success``, ``partial``, ``failure``; ``reports.verdicts``), statistics, the failed, skipped and
-errored checks, and the supported and unsupported features. The schema is
+errored checks, and the supported and unsupported features; and, when the suite's version has a
+mutation score (``reports.validation``), how good the suite is (``suiteValidation``: the seeded
+faults it caught, when that was measured, and those it did not catch). The schema is
 ``reports/schema/conformance-report.schema.json``.
 """
 
@@ -21,6 +23,7 @@ from typing import Any, Final
 import yaml
 
 from reports.model import OUTCOMES, SCHEMA, Implementation, RunRecord
+from reports.validation import validation
 from reports.verdicts import profile_results, supported_features
 
 KIND: Final = "ConformanceReport"
@@ -73,7 +76,7 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                 "unsupportedFeatures": p.unsupported_features,
             }
         )
-    return {
+    data: dict[str, Any] = {
         "apiVersion": SCHEMA,
         "kind": KIND,
         "implementation": asdict(impl),
@@ -87,6 +90,15 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
         "unsupportedFeatures": unsupported,
         "profiles": profiles,
     }
+    suite = validation(record)
+    if suite is not None:
+        data["suiteValidation"] = {
+            "caught": suite.caught,
+            "seeded": suite.seeded,
+            "date": suite.date,
+            "escaped": suite.escaped,
+        }
+    return data
 
 
 def render_yaml(record: RunRecord, implementation: Implementation | None = None) -> str:

@@ -1,6 +1,7 @@
 """The HTML report: one self-contained file a person reads, rendered with Jinja2.
 
-On top the verdict per profile and the implementation under test; then the seed's four
+On top the verdict per profile and the implementation under test, and how good the suite that
+judged is (its version's mutation score, ``reports.validation``); then the seed's four
 deliverables as sections: (1) the annotation checklist with this run's verdict per rule, (2) the
 hard and soft threshold verification, (3) time-slicing and sm-sharing side by side, (4) the rollout
 path (probe, agent restart, density ramp); then every check, and for each one that failed or could
@@ -19,7 +20,7 @@ from typing import Any, Final
 import jinja2
 import markupsafe
 
-from reports import checklist, figures, plots, timeline
+from reports import checklist, figures, plots, timeline, validation
 from reports.environment import describe
 from reports.model import CheckResult, Implementation, RunRecord
 from reports.verdicts import profile_results, supported_features
@@ -179,6 +180,8 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "exit_code": record.exit_code(),
         "supported": supported,
         "unsupported": unsupported,
+        "suite": validation.validation(record),
+        "suite_command": validation.COMMAND,
         "checklist": items,
         "checklist_counts": checklist.counts(items),
         "thresholds": thresholds,

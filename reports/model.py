@@ -6,10 +6,12 @@ pytest plugin fills the model on the controller, so it is whole under pytest-xdi
 
 What else the model holds, beside each check's result: the implementation under test as the run
 saw it (``Environment``: scheduler, node agent and backend, GPUs, driver, CUDA and Kubernetes
-versions where the nodes say), the catalog's profiles and features (``Catalog``), and who submits
+versions where the nodes say), the catalog's profiles and features (``Catalog``), who submits
 the report (``Implementation``, given as options; required only for a ConformanceReport meant as a
-submission). Every field added after the first release has a default, so older ``run.json`` files
-still load. ``source`` says whether a record comes from ``gpuconf run`` or ``gpuconf probe``.
+submission), and how good the suite that made the run is (``suite_validation``: the mutation score
+of its version, ``reports.validation``). Every field added after the first release has a default,
+so older ``run.json`` files still load. ``source`` says whether a record comes from ``gpuconf run``
+or ``gpuconf probe``.
 
 Outcomes: ``passed``, ``failed`` (the implementation broke the rule), ``skipped`` (a feature it
 does not support, with the reason) and ``error`` (the suite could not judge). Exit codes follow
@@ -161,6 +163,9 @@ class RunRecord:
     catalog: Catalog = field(default_factory=Catalog)
     implementation: Implementation = field(default_factory=Implementation)
     gpuconf_version: str = field(default_factory=gpuconf_version)
+    suite_validation: dict[str, Any] = field(default_factory=dict)
+    """The mutation score of the suite version that made the run: ``conformance/mutation-score.json``
+    (``gpuconf mutate --write-score``) as it is; empty when none was recorded (``reports.validation``)."""
     directory: Path | None = field(default=None, compare=False, repr=False)
     """Where the record was loaded from (evidence files are found relative to it); not written."""
 
@@ -230,6 +235,7 @@ class RunRecord:
             "environment": asdict(self.environment),
             "catalog": asdict(self.catalog),
             "implementation": asdict(self.implementation),
+            "suiteValidation": self.suite_validation,
             "results": [r.as_dict() for r in self.results],
         }
 
@@ -259,6 +265,7 @@ def record_from_dict(data: dict[str, Any], directory: Path | None = None) -> Run
         catalog=_known(Catalog, data.get("catalog")),
         implementation=_known(Implementation, data.get("implementation")),
         gpuconf_version=str(data.get("gpuconfVersion") or gpuconf_version()),
+        suite_validation=score if isinstance(score := data.get("suiteValidation"), dict) else {},
         directory=directory,
     )
 
