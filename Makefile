@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup binaries conformance test unit integration lint bench sandbox-up sandbox-down clean
+.PHONY: setup binaries conformance test unit integration lint bench mutation sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ integration: setup
 
 # The same four checks as `tox -e lint` and CI: style, formatting, types (mypy, configured in
 # pyproject.toml), and the import layers (import-linter: the five parts import downward only).
+# The suite against every seeded fault of the reference scheduler and agent; records the score that
+# every report shows (conformance/mutation-score.json). Fails when a fault escapes. (`make test` runs
+# the same mutation run as tests/integration/test_mutation.py.)
+mutation: setup
+	$(BIN)/gpuconf mutate --report-dir gpuconf-mutation --write-score
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fixtures.sandbox.cli",  # gpuconf sandbox up|down|status|kubeconfig
     "conformance.run",  # gpuconf run: the conformance suite
     "conformance.catalog",  # gpuconf catalog: the declared checks, and the checked-in list
+    "conformance.mutate",  # gpuconf mutate: the suite against every seeded fault
     "conformance.lint",  # gpuconf lint, gpuconf checklist
     "conformance.probe",  # gpuconf probe: node-level checks without Kubernetes
     "reports.cli",  # gpuconf report render|allure|diff: renderings of a recorded run, and diffs

@@ -1,0 +1,349 @@
+"""``gpuconf mutate``: how good is the suite? Run it against every seeded fault and count what it catches.
+
+A conformance suite that passes a broken stack is worse than none. The reference scheduler and the
+reference node agent can each be broken on purpose, one duty at a time (``fixtures/scheduler/faults.py``,
+``enforcement/agent/options.py``); this command judges each broken implementation with the suite and
+reports, per fault, which checks caught it. The score is caught / seeded; a fault that no check
+catches is a finding, named in the output, and the command exits 1.
+
+The order of the work follows what each fault can affect, and reuses one sandbox throughout:
+
+1. **control**: every profile against the unbroken reference scheduler and agent. It must pass, or
+   nothing after it means anything (exit 1, and no score).
+2. **scheduler faults**: one sandbox runs every broken scheduler side by side (``m-<fault>``); each is
+   judged on the ``scheduler`` profile, a few runs at a time (node leases keep them apart).
+   ``leak-completed`` goes first and alone: it never forgets a Pod, so after other runs it is full.
+3. **agent faults**: two at a time, one per node (``--agent-fault NODE:F``); each run is pinned to its
+   node (``--gpu-node-selector``) and judged on the ``node`` profile.
+
+``make mutation`` runs it with ``--write-score``, which also records the score in
+``conformance/mutation-score.json``; every run's report then says how many seeded faults this
+version of the suite catches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from enforcement.agent.options import FAULTS as AGENT_FAULTS
+from fixtures.sandbox.config import Ports, SandboxConfig
+from fixtures.sandbox.controlplane import Sandbox
+from fixtures.sandbox.errors import SandboxError
+from fixtures.scheduler.faults import FAULTS as SCHEDULER_FAULTS
+
+SCORE_PATH: Final = Path(__file__).resolve().parent / "mutation-score.json"
+
+EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
+    "overcommit": ("memory-fit",),
+    "mix-modes": ("mode-separation",),
+    "omit-limit": ("limit-and-mode-at-bind",),
+    "omit-devices": ("annotations-at-bind",),
+    "omit-request": ("annotations-at-bind",),
+    "wrong-device-count": ("multi-device",),
+    "request-gt-limit": ("annotations-at-bind",),
+    "wrong-container-name": ("annotations-at-bind", "annotations-name-the-container"),
+    "trust-pod-devices": ("devices-scheduler-owned",),
+    "ignore-node-ready": ("node-readiness",),
+    "devices-not-on-node": ("multi-device",),
+    "annotate-after-bind": ("annotations-at-bind",),
+    "leak-completed": ("release-on-completion",),
+    "silent-unschedulable": ("unschedulable-reason",),
+    "portion-of-wrong-size": ("portion-conversion",),
+}
+"""Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
+
+EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
+    "no-hard-limit": ("hard-limit-oom",),
+    "no-borrowing": ("burst-borrowing",),
+    "no-eviction": ("soft-limit-eviction",),
+    "evict-guaranteed": ("guarantee-kept",),
+    "evict-without-pressure": ("no-eviction-without-pressure", "burst-borrowing"),
+    "no-mode-guard": ("mode-guard",),
+    "ignore-mode": ("mode-applied", "compute-modes"),
+    "whole-gpu-visibility": ("smi-visibility", "env-injection"),
+    "full-visibility": ("smi-visibility", "env-injection"),
+    "wrong-visible-devices": ("env-injection",),
+    "no-release": ("release-on-exit",),
+    "no-recovery": ("agent-restart",),
+    "fail-open": ("fail-closed",),
+    "fail-open-silently": ("fail-closed",),
+}
+"""Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""
+REFERENCE: Final = "gpuconf-reference"
+ALONE_FIRST: Final = ("leak-completed",)
+HOSTNAME: Final = "kubernetes.io/hostname"
+
+
+@dataclass
+class FaultResult:
+    """What the suite made of one seeded fault."""
+
+    fault: str
+    kind: str
+    """``scheduler`` or ``agent``."""
+    breaks: str
+    expected: list[str] = field(default_factory=list)
+    """Check ids that should catch it (``EXPECTED_*``)."""
+    caught_by: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    seconds: float = 0.0
+
+    @property
+    def missed(self) -> list[str]:
+        """Expected checks that did not fail."""
+        failed = {key.split("/", 1)[-1].split("[", 1)[0] for key in self.caught_by}
+        return [c for c in self.expected if c not in failed]
+
+    @property
+    def verdict(self) -> str:
+        if self.caught_by:
+            return "caught" if not self.missed else "caught, not by the expected check"
+        return "not judged" if self.errors else "ESCAPED"
+
+
+@dataclass
+class MutationReport:
+    date: str
+    seconds: float
+    control: dict[str, Any]
+    results: list[FaultResult]
+
+    @property
+    def caught(self) -> int:
+        return sum(r.verdict == "caught" for r in self.results)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "gpuconf.io/v1alpha1",
+            "kind": "MutationReport",
+            "date": self.date,
+            "seconds": round(self.seconds, 1),
+            "score": {"caught": self.caught, "seeded": len(self.results)},
+            "control": self.control,
+            "faults": [{**asdict(r), "missed": r.missed, "verdict": r.verdict} for r in self.results],
+        }
+
+
+def judge(kubeconfig: Path, out: Path, scheduler: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    """One ``gpuconf run`` in a process of its own; its exit code, its run record and its output."""
+    argv = [sys.executable, "-m", "conformance.cli", "run", f"--kubeconfig={kubeconfig}"]
+    argv += [f"--scheduler-name={scheduler}", f"--report-dir={out}", *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUCONF_IN_CLUSTER": "0"}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    run = out / "run.json"
+    record = json.loads(run.read_text()) if run.exists() else {}
+    return proc.returncode, record, proc.stdout + proc.stderr
+
+
+def _fault_result(
+    fault: str, kind: str, breaks: str, run: tuple[int, dict[str, Any], str], took: float
+) -> FaultResult:
+    rc, record, output = run
+    results = record.get("results") or []
+    errors = [f"{r['key']}: {r['reason']}" for r in results if r["outcome"] == "error"]
+    if not record:
+        errors.append(f"the run wrote no results (exit {rc}): {output.strip().splitlines()[-1:]}")
+    expected = (EXPECTED_SCHEDULER if kind == "scheduler" else EXPECTED_AGENT).get(fault, ())
+    return FaultResult(
+        fault=fault,
+        kind=kind,
+        breaks=breaks,
+        expected=list(expected),
+        caught_by=sorted(r["key"] for r in results if r["outcome"] == "failed"),
+        errors=errors,
+        exit_code=rc,
+        seconds=round(took, 1),
+    )
+
+
+def _timed(
+    func: Callable[[], tuple[int, dict[str, Any], str]],
+) -> tuple[tuple[int, dict[str, Any], str], float]:
+    started = time.monotonic()
+    return func(), time.monotonic() - started
+
+
+def run_mutation(
+    scheduler_faults: Sequence[str],
+    agent_faults: Sequence[str],
+    out: Path,
+    *,
+    parallel: int = 3,
+    state_dir: Path | None = None,
+    extra: Sequence[str] = (),
+    log: Callable[[str], None] = print,
+) -> MutationReport:
+    started = time.monotonic()
+    schedulers = ("reference", *(f"reference/m-{f}:{f}" for f in scheduler_faults))
+    config = SandboxConfig(
+        state_dir=state_dir or Path(out, "sandbox"),
+        ports=Ports.free(),
+        schedulers=schedulers,
+        node_runtime=True,
+    )
+    box = Sandbox(config)
+    box.down()
+    log(f"mutation: sandbox with {len(schedulers)} scheduler(s) ...")
+    box.up(log=lambda m: None)
+    results: list[FaultResult] = []
+    try:
+
+        def scheduler_run(fault: str) -> FaultResult:
+            run, took = _timed(
+                lambda: judge(
+                    box.kubeconfig,
+                    out / "scheduler" / fault,
+                    f"m-{fault}",
+                    "--profile=scheduler",
+                    "--skip-preflight",
+                    *extra,
+                )
+            )
+            found = _fault_result(fault, "scheduler", SCHEDULER_FAULTS[fault].breaks, run, took)
+            log(f"mutation: scheduler fault {fault}: {found.verdict} {', '.join(found.caught_by)}")
+            return found
+
+        first = [f for f in scheduler_faults if f in ALONE_FIRST]
+        rest = [f for f in scheduler_faults if f not in ALONE_FIRST]
+        # Before the control: these faults remember every Pod they ever saw.
+        results += [scheduler_run(f) for f in first]
+        log("mutation: control (every profile, no fault) ...")
+        (rc, record, output), took = _timed(lambda: judge(box.kubeconfig, out / "control", REFERENCE, *extra))
+        outcomes = [r["outcome"] for r in record.get("results") or []]
+        control = {
+            "exitCode": rc,
+            "seconds": round(took, 1),
+            "statistics": {o: outcomes.count(o) for o in ("passed", "failed", "skipped", "error")},
+        }
+        if rc != 0 or not outcomes or any(o in ("failed", "error") for o in outcomes):
+            log(f"mutation: the control did not pass (exit {rc}); nothing else is judged\n{output[-3000:]}")
+            return MutationReport(_now(), time.monotonic() - started, control, [])
+        log(f"mutation: control passed ({len(outcomes)} items, {took:.0f} s)")
+
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            results += list(pool.map(scheduler_run, rest))
+
+        nodes = [
+            n.metadata.name for n in box.core_v1().list_node(label_selector="nvidia.com/gpu.count").items
+        ]
+        for i in range(0, len(agent_faults), len(nodes)):
+            batch = list(zip(nodes, agent_faults[i : i + len(nodes)], strict=False))
+            faulty = Sandbox(replace(config, agent_faults=tuple(f"{node}:{fault}" for node, fault in batch)))
+            faulty.up(log=lambda m: None)
+
+            def agent_run(pair: tuple[str, str]) -> FaultResult:
+                node, fault = pair
+                run, took = _timed(
+                    lambda: judge(
+                        box.kubeconfig,
+                        out / "agent" / fault,
+                        REFERENCE,
+                        "--profile=node",
+                        "--skip-preflight",
+                        f"--gpu-node-selector={HOSTNAME}={node}",
+                        *extra,
+                    )
+                )
+                found = _fault_result(fault, "agent", AGENT_FAULTS[fault], run, took)
+                log(f"mutation: agent fault {fault} on {node}: {found.verdict} {', '.join(found.caught_by)}")
+                return found
+
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                results += list(pool.map(agent_run, batch))
+    finally:
+        box.down()
+    return MutationReport(_now(), time.monotonic() - started, control, results)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def table(report: MutationReport) -> list[str]:
+    rows = [("FAULT", "KIND", "VERDICT", "SECONDS", "CAUGHT BY")]
+    for r in report.results:
+        caught = ", ".join(r.caught_by) or ("; ".join(r.errors)[:120] if r.errors else "-")
+        rows.append((r.fault, r.kind, r.verdict, f"{r.seconds:.0f}", caught))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
+    ]
+
+
+def _pick(chosen: list[str] | None, known: dict[str, Any], what: str) -> list[str]:
+    names = [n.strip() for value in chosen or ["all"] for n in value.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(known)
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(
+            f"gpuconf: error: unknown {what} fault(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+    return names
+
+
+def cmd_mutate(args: argparse.Namespace) -> int:
+    scheduler_faults = _pick(args.scheduler_faults, dict(SCHEDULER_FAULTS), "scheduler")
+    agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent")
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    extra = [f"--timeout-scale={args.timeout_scale}"]
+    try:
+        report = run_mutation(
+            scheduler_faults, agent_faults, args.report_dir.resolve(), parallel=args.parallel, extra=extra
+        )
+    except SandboxError as exc:
+        print(f"gpuconf: error: {exc}", file=sys.stderr)
+        return 2
+    data = report.as_dict()
+    (args.report_dir / "mutation.json").write_text(json.dumps(data, indent=2) + "\n")
+    print("\n".join(table(report)))
+    escaped = [f"{r.fault} ({r.verdict})" for r in report.results if r.verdict != "caught"]
+    print(f"\nscore: {report.caught}/{len(report.results)} seeded faults caught in {report.seconds:.0f} s")
+    if not report.results:
+        print(
+            "the control run did not pass: the suite cannot be measured against faults here", file=sys.stderr
+        )
+        return 1
+    if args.write_score:
+        score = {k: data[k] for k in ("date", "seconds", "score")}
+        score["faults"] = {
+            r.fault: {"kind": r.kind, "verdict": r.verdict, "caughtBy": r.caught_by} for r in report.results
+        }
+        SCORE_PATH.write_text(json.dumps(score, indent=2) + "\n")
+        print(f"wrote {SCORE_PATH}")
+    if escaped:
+        print(f"findings: {', '.join(escaped)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "mutate",
+        help="run the suite against every seeded fault (scheduler and agent) and report what it catches",
+    )
+    parser.add_argument(
+        "--report-dir", type=Path, default=Path("gpuconf-mutation"), help="results (%(default)s)"
+    )
+    parser.add_argument("--scheduler-faults", action="append", help="all (default), none, or a comma list")
+    parser.add_argument("--agent-faults", action="append", help="all (default), none, or a comma list")
+    parser.add_argument(
+        "--parallel", type=int, default=3, help="scheduler-fault runs at a time (%(default)s)"
+    )
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every timeout")
+    parser.add_argument("--write-score", action="store_true", help=f"record the score in {SCORE_PATH.name}")
+    parser.set_defaults(func=cmd_mutate)
