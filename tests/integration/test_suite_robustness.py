@@ -126,15 +126,18 @@ def new_run_id(what: str) -> str:
     return f"{what}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for_check_pods(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
-    """Until a check of the run has Pods (it is in the middle of its work)."""
-
-    def seen() -> bool:
+def wait_for_check_pods(
+    cluster: Cluster, run_id: str, proc: subprocess.Popen[str], phase: str | None = None
+) -> None:
+    """Until a check of the run has Pods (it is in the middle of its work), or one in ``phase``.
+    Looks every 50 ms: what the check does next is timed from here."""
+    selector = f"gpuconf.io/run={run_id},gpuconf.io/check"
+    deadline = time.monotonic() + 120
+    while not cluster.pods(label_selector=selector, field_selector=f"status.phase={phase}" if phase else ""):
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early ({proc.returncode}): {proc.communicate()[0]}")
-        return bool(cluster.pods(label_selector=f"gpuconf.io/run={run_id},gpuconf.io/check"))
-
-    wait_until(seen, f"Pods of a check of run {run_id}", 120)
+        assert time.monotonic() < deadline, f"no Pods of a check of run {run_id} in 120 s"
+        time.sleep(0.05)
 
 
 def results(out: Path) -> dict[str, dict[str, Any]]:
@@ -224,7 +227,9 @@ def test_api_server_killed_mid_run_errors_in_flight_and_later_checks_pass(
     started = time.monotonic()
     proc = start_run(box.kubeconfig, tmp_path, run_id, *[a for c in checks for a in ("--check", c)])
     try:
-        wait_for_check_pods(cluster, run_id, proc)
+        # release-on-completion's first Pods run half a second and the check polls until they end:
+        # the API server goes away while it does.
+        wait_for_check_pods(cluster, run_id, proc, phase="Running")
         before = box.recorded_argv("kube-apiserver")
         box.restart_component("kube-apiserver", log=print, kill=True, down_s=3.0)
         assert box.recorded_argv("kube-apiserver") == before, "it came back as it was"

@@ -64,7 +64,15 @@ def test_a_dropped_connection_and_other_errors() -> None:
     reset = urllib3.exceptions.ProtocolError(
         "Connection aborted.", ConnectionResetError(104, "Connection reset")
     )
-    assert api_failure(reset) == "the connection to the API server failed: connection reset"
+    assert api_failure(reset) == "the API server did not answer: connection reset"
+    from http.client import RemoteDisconnected
+
+    dropped = urllib3.exceptions.ProtocolError(
+        "Connection aborted.", RemoteDisconnected("Remote end closed connection without response")
+    )
+    assert (
+        api_failure(dropped) == "the API server did not answer: remote end closed connection without response"
+    )
     assert api_failure(KeyError("x")) is None and api_failure(AssertionError("no")) is None
 
 
