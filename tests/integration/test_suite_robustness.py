@@ -58,6 +58,8 @@ SCHEDULER = "gpuconf-reference"
 NODES = ("gpu-a-0", "gpu-a-1")
 RUN_TIMEOUT_S = 300
 MIB = 1 << 20
+MANY = 200
+"""Hostile Pods created at once (half through the scheduler, half placed), beside the odd ones."""
 RSS_GROWTH_BOUND_MIB = 150.0
 """How much an agent's or a kubelet's resident memory may grow under the hostile Pods (it holds one
 worker thread and a little state per Pod; measured growth is printed)."""
@@ -437,7 +439,7 @@ def hostile_pods(memory: int) -> list[dict[str, Any]]:
     flood = "while :; do head -c 1000000 /dev/zero | tr '\\0' y; echo; sleep 0.05; done"
     out.append(manifests.pod("flood", [sh("main", flood)], grace_seconds=1, **on))
     # Hundreds at once: fractions through the scheduler, and plain Pods placed directly.
-    for i in range(300):
+    for i in range(MANY):
         if i % 2:
             out.append(
                 manifests.pod(
@@ -528,7 +530,7 @@ def test_hostile_pods_beside_a_run_neither_stall_nor_crash_anything(
             assert pods[name]["status"].get("phase") == "Running", pods[name]["status"]
         assert pods["flood-burst"]["status"]["phase"] == "Failed"
         running = sum(1 for p in pods.values() if p["status"].get("phase") == "Running")
-        assert running >= 300, f"only {running} Pods run"
+        assert running >= MANY, f"only {running} Pods run"
         flood_log = Path(
             pods["flood"]["metadata"]["annotations"]["sandbox.gpuconf.io/log-dir"], "main", "0.log"
         )
