@@ -22,7 +22,7 @@ from typing import Any, Final
 from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.checks import Needs, check
 from fixtures.scenario import Outcome, Stage, mib, plan
-from fixtures.suite import Suite, fail
+from fixtures.suite import CheckFailed, Suite, fail
 
 MIB: Final = 1 << 20
 SHARE_WITH_MODES: Final = 0.1
@@ -96,7 +96,14 @@ def test_density_ramp(suite: Suite) -> None:
             name = f"step{count}-{i}"
             created[name] = time.time()
             names.append(stage.pod(name, work, request_mib=size, mode=TIME_SLICING))
-        gpus = {gpu for name in names for gpu in stage.placed(name).gpus}
+        try:
+            gpus = {gpu for name in names for gpu in stage.placed(name).gpus}
+        except CheckFailed as exc:
+            suite.evidence.fact("rampStopped", f"the step of {count} workloads was not placed")
+            raise fail(
+                f"the step of {count} workloads of {size} MiB (guarantees {count * size} of "
+                f"{stage.memory_mib} MiB, which fit one GPU) was not placed: {exc}"
+            ) from None
         outcomes = [stage.wait_ended(name) for name in names]
         step = reading(count, outcomes, created, size)
         step["gpus"] = sorted(gpus)
