@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from enforcement.agent.options import FAULTS as AGENT_FAULTS
+from enforcement.agent.options import canonical_fault
 from fixtures.sandbox.config import Ports, SandboxConfig
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.errors import SandboxError
@@ -65,16 +66,17 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
 
 EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-hard-limit": ("hard-limit-oom",),
-    "no-borrowing": ("burst-borrowing",),
+    "limit-from-request": ("burst-borrowing",),
     "no-eviction": ("soft-limit-eviction",),
     "evict-guaranteed": ("guarantee-kept",),
     "evict-without-pressure": ("no-eviction-without-pressure", "burst-borrowing"),
     "no-mode-guard": ("mode-guard",),
     "ignore-mode": ("mode-applied", "compute-modes"),
+    "shared-fault-domain": ("fault-isolation",),
     "whole-gpu-visibility": ("smi-visibility", "env-injection"),
     "full-visibility": ("smi-visibility", "env-injection"),
     "wrong-visible-devices": ("env-injection",),
-    "no-release": ("release-on-exit",),
+    "leak-on-exit": ("release-on-exit",),
     "no-recovery": ("agent-restart",),
     "fail-open": ("fail-closed",),
     "fail-open-silently": ("fail-closed",),
@@ -282,23 +284,30 @@ def table(report: MutationReport) -> list[str]:
     ]
 
 
-def _pick(chosen: list[str] | None, known: dict[str, Any], what: str) -> list[str]:
+def _pick(
+    chosen: list[str] | None,
+    known: dict[str, Any],
+    what: str,
+    canonical: Callable[[str], str] = lambda name: name,
+) -> list[str]:
+    """The faults to judge: ``all`` (every one of ``known``, by its canonical name), ``none``, or
+    the names given; an earlier name counts as its ``canonical`` one, and each is judged once."""
     names = [n.strip() for value in chosen or ["all"] for n in value.split(",") if n.strip()]
     if names == ["all"]:
         return list(known)
     if names == ["none"]:
         return []
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if canonical(n) not in known]
     if unknown:
         raise SystemExit(
             f"gpuconf: error: unknown {what} fault(s) {', '.join(unknown)}; known: {', '.join(known)}"
         )
-    return names
+    return list(dict.fromkeys(canonical(n) for n in names))
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
     scheduler_faults = _pick(args.scheduler_faults, dict(SCHEDULER_FAULTS), "scheduler")
-    agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent")
+    agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent", canonical_fault)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     extra = [f"--timeout-scale={args.timeout_scale}"]
     try:

@@ -49,7 +49,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -692,8 +692,9 @@ def run_probe(options: ProbeOptions, log: Callable[[str], None] = lambda _m: Non
     if unknown:
         raise SetupError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(CHECK_IDS)}")
     wanted = {check_id(c) for c in options.checks}
-    from enforcement.agent.options import FAULTS
+    from enforcement.agent.options import FAULTS, canonical_fault
 
+    options = replace(options, faults=frozenset(canonical_fault(f) for f in options.faults))
     bad_faults = sorted(set(options.faults) - set(FAULTS))
     if bad_faults:
         raise SetupError(f"unknown fault(s) {', '.join(bad_faults)}; known: {', '.join(FAULTS)}")

@@ -44,7 +44,7 @@ from enforcement.agent import restart
 from enforcement.agent.evictor import Evictor
 from enforcement.agent.handler import AgentCore
 from enforcement.agent.metrics import Metrics, MetricsServer
-from enforcement.agent.options import FAULTS, AgentOptions
+from enforcement.agent.options import FAULT_ALIASES, FAULTS, AgentOptions, canonical_fault
 from enforcement.agent.watching import PodWatcher
 from enforcement.backends import Backend, BackendError, BackendUnavailable
 from enforcement.contract import NODE_GPU_UUIDS, node_gpu_uuids
@@ -259,8 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault",
         action="append",
         default=[],
+        type=canonical_fault,
         choices=sorted(FAULTS),
-        help="seeded fault for self-validation only (repeatable); never in a real deployment",
+        help="seeded fault for self-validation only (repeatable; an earlier name "
+        f"({', '.join(FAULT_ALIASES)}) means its new one); never in a real deployment",
     )
     return p
 

@@ -166,13 +166,7 @@ class AgentCore:
             if conflict is not None:
                 gpu, other = conflict
                 return self._refuse_mode(ref, fraction.mode, gpu, other.ref, other.mode)
-            request = ClientRequest(
-                name=name,
-                gpus=tuple(DeviceLimit(g, fraction.limit_mib, fraction.request_mib) for g in gpus),
-                mode=fraction.mode,
-                active_thread_percentage=fraction.active_thread_percentage,
-                labels=labels_for(ref, self.node, fraction),
-            )
+            request = self._client_request(ref, name, fraction, gpus)
             try:
                 attachment = self._attach(request)
             except ModeConflict as exc:
@@ -193,6 +187,20 @@ class AgentCore:
             visible = self._visible_with_faults(gpus, node_gpus)
         env = enforcement_env(fraction, visible, self.backend.pipe_directory(fraction.mode), attachment.env)
         return Adjustment(True, env=env)
+
+    def _client_request(
+        self, ref: ContainerRef, name: str, fraction: Fraction, gpus: tuple[str, ...]
+    ) -> ClientRequest:
+        """What the backend is asked to hold for a container: its limits per GPU, mode and labels."""
+        return ClientRequest(
+            name=name,
+            gpus=tuple(DeviceLimit(g, fraction.limit_mib, fraction.request_mib) for g in gpus),
+            mode=fraction.mode,
+            active_thread_percentage=fraction.active_thread_percentage,
+            labels=labels_for(ref, self.node, fraction),
+            # Seeded fault: time-slicing clients join their GPU's shared fault domain.
+            shared_fault_domain=self.options.has("shared-fault-domain"),
+        )
 
     def _attach(self, request: ClientRequest) -> Any:
         try:
@@ -247,7 +255,7 @@ class AgentCore:
         if opts.has("no-hard-limit"):
             whole = max((capacity.get(g, 0) for g in gpus), default=0)
             fraction = dataclasses.replace(fraction, limit_mib=max(whole, fraction.request_mib))
-        if opts.has("no-borrowing"):
+        if opts.has("limit-from-request"):
             fraction = dataclasses.replace(fraction, limit_mib=fraction.request_mib)
         if opts.has("ignore-mode"):
             fraction = dataclasses.replace(fraction, mode="time-slicing")
@@ -329,7 +337,7 @@ class AgentCore:
             if tracked is None:
                 return
             self.registry.remove(tracked.client)
-            if not self.options.has("no-release"):
+            if not self.options.has("leak-on-exit"):
                 self._detach(tracked.client)
 
     def _release_previous(self, ref: ContainerRef) -> None:
@@ -476,15 +484,7 @@ class AgentCore:
 
     def _fence_lost(self, tracked: Tracked) -> None:
         """Re-attach a running container's client the backend lost, and say so on the Pod."""
-        request = ClientRequest(
-            name=tracked.client,
-            gpus=tuple(
-                DeviceLimit(g, tracked.fraction.limit_mib, tracked.fraction.request_mib) for g in tracked.gpus
-            ),
-            mode=tracked.fraction.mode,
-            active_thread_percentage=tracked.fraction.active_thread_percentage,
-            labels=labels_for(tracked.ref, self.node, tracked.fraction),
-        )
+        request = self._client_request(tracked.ref, tracked.client, tracked.fraction, tracked.gpus)
         try:
             self.backend.attach(request)
             held = "its limits, guarantee and mode are held for it again, but"
@@ -512,6 +512,6 @@ class AgentCore:
                     self._fence_lost(tracked)
             for held in usage.clients:
                 ours = held.labels.get(LABEL_AGENT) == self.node
-                if ours and self.registry.get(held.name) is None and not self.options.has("no-release"):
+                if ours and self.registry.get(held.name) is None and not self.options.has("leak-on-exit"):
                     self.backend.detach(held.name)
                     self.log(f"released {held.name}: the backend held it, the agent no longer fences it")

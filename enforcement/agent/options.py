@@ -13,20 +13,33 @@ from typing import Final
 
 FAULTS: Final[dict[str, str]] = {
     "no-hard-limit": "applies no hard limit: a container's limit becomes its GPUs' whole memory",
-    "no-borrowing": "applies the request as the hard limit: no burst up to the limit",
+    "limit-from-request": "applies the request as the hard limit: no burst up to the limit",
     "no-eviction": "the evictor never evicts anyone",
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
     "evict-without-pressure": "the evictor evicts every borrower above its request, pressure or not",
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
     "ignore-mode": "every container runs time-slicing, whatever its gpu-compute.mode asks",
+    "shared-fault-domain": "time-slicing containers of a GPU share one fault domain, as sm-sharing ones "
+    "do: a device fault in one ends its neighbours (they still take turns)",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
     "full-visibility": "every fractional container sees every GPU of the node (each with its own limit)",
     "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the container is fenced on",
-    "no-release": "a stopped container's memory and guarantee are never released",
+    "leak-on-exit": "a stopped container's memory and guarantee are never released",
     "no-recovery": "a restarted agent adopts nothing the backend still holds",
     "fail-open": "a malformed contract starts the container unfenced (as --fail-open)",
     "fail-open-silently": "a malformed contract starts the container unfenced, with no Event saying so",
 }
+
+FAULT_ALIASES: Final[dict[str, str]] = {
+    "no-borrowing": "limit-from-request",
+    "no-release": "leak-on-exit",
+}
+"""Earlier names of faults, still accepted wherever a fault is named; each means its canonical name."""
+
+
+def canonical_fault(name: str) -> str:
+    """The canonical name of fault ``name`` (an alias's target); any other name unchanged."""
+    return FAULT_ALIASES.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -48,9 +61,11 @@ class AgentOptions:
     eviction_retry_s: float = 2.0
     """After the Eviction API refused (429, an API error), wait this long before trying that Pod again."""
     faults: frozenset[str] = field(default_factory=frozenset)
-    """Seeded faults (``FAULTS``); empty in every real deployment."""
+    """Seeded faults (``FAULTS``, or an alias of ``FAULT_ALIASES``: kept as its canonical name);
+    empty in every real deployment."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "faults", frozenset(canonical_fault(f) for f in self.faults))
         unknown = sorted(set(self.faults) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown agent fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")

@@ -115,6 +115,10 @@ class ClientRequest:
     mode: str
     active_thread_percentage: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    shared_fault_domain: bool = False
+    """Put a time-slicing client in its GPUs' shared fault domain (sm-sharing clients are always in it).
+    Only the seeded agent fault ``shared-fault-domain`` sets it; the simulated device honours it, the
+    MPS backend cannot (its fault domain is the server the pipe directory names) and ignores it."""
 
 
 @dataclass(frozen=True)

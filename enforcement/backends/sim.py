@@ -167,6 +167,7 @@ class SimBackend:
             gpus=tuple(ClientGpuSpec(g.gpu, g.hard_limit_mib, g.guarantee_mib) for g in request.gpus),
             mode=request.mode,
             labels=dict(request.labels),
+            shared_fault_domain=request.shared_fault_domain,
         )
 
         def attach(admin: _Admin) -> Any:

@@ -58,12 +58,15 @@ class ClientSpec:
     """A container to attach: its name (unique on the node), GPUs, compute mode and free-form labels.
 
     The labels come back in snapshots so that a restarted agent can tell which Pod a client is.
+    ``shared_fault_domain`` puts a time-slicing client in its GPUs' shared fault domain (as if it ran
+    in the shared MPS server; sm-sharing clients always are): a broken agent's doing, never the default.
     """
 
     name: str
     gpus: tuple[ClientGpuSpec, ...]
     mode: str = "time-slicing"
     labels: dict[str, str] = field(default_factory=dict)
+    shared_fault_domain: bool = False
 
 
 @dataclass(frozen=True)

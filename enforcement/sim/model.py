@@ -29,6 +29,8 @@ run one at a time in arrival order; sm-sharing kernels run concurrently. A GPU n
 of both modes: attaching one of the other mode is refused, naming both. A fault is sticky, like
 CUDA's illegal-address error: in time-slicing it hits the faulting client only, in sm-sharing every
 client of that GPU (one shared MPS server, one fault domain); a kernel running at that moment fails.
+A time-slicing client attached with ``shared_fault_domain`` (only a broken agent asks for it) shares
+one fault domain with the GPU's other such clients, and still takes turns with them.
 
 Ownership: a ``Context`` is one client connection, the analogue of a CUDA context. Its allocations
 are released when it closes, so a process that dies without freeing (its socket closed by the
@@ -176,6 +178,8 @@ class _Client:
     gpus: list[_ClientGpu]
     attached_at: float
     contexts: set[Context] = field(default_factory=set)
+    shared_fault_domain: bool = False
+    """In its GPUs' shared fault domain even in time-slicing (``ClientSpec.shared_fault_domain``)."""
     fault: FaultReply | None = None
     gone: GoneReply | None = None
     # Set on fault or detach: wakes this client's running kernel so it fails at once.
@@ -290,6 +294,7 @@ class SimNode:
                 labels=dict(spec.labels),
                 gpus=[],
                 attached_at=time.time(),
+                shared_fault_domain=spec.shared_fault_domain,
             )
             for ordinal, (g, gpu) in enumerate(zip(spec.gpus, resolved, strict=True)):
                 share = _ClientGpu(
@@ -651,6 +656,12 @@ class SimNode:
             if client.mode == "sm-sharing":
                 victims = list(gpu.clients.values())  # one MPS server per GPU: one fault domain
                 scope = f"; sm-sharing clients of a GPU share a fault domain, so all {len(victims)} failed"
+            elif client.shared_fault_domain:
+                victims = [s for s in gpu.clients.values() if s.client.shared_fault_domain]
+                scope = (
+                    "; this time-slicing client was put in the GPU's shared fault domain, so all "
+                    f"{len(victims)} in it failed"
+                )
             else:
                 victims = [share]
                 scope = "; time-slicing isolates faults, neighbours are unaffected"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from agent_pods import make_pod, placement
 
+from enforcement.agent.agent import build_parser
 from enforcement.agent.environment import (
     ENV_LIMIT,
     ENV_PIPE_DIRECTORY,
@@ -12,10 +14,13 @@ from enforcement.agent.environment import (
 )
 from enforcement.agent.evictor import choose_victims
 from enforcement.agent.kube import REASON_REJECTED
-from enforcement.agent.options import AgentOptions
+from enforcement.agent.options import FAULT_ALIASES, FAULTS, AgentOptions, canonical_fault
 from enforcement.agent.testing import sim_agent
 from enforcement.backends import Candidate, GpuPressure
 from enforcement.contract import nvidia_key
+from enforcement.hook import ContainerRef
+from enforcement.sim import SIM_TOKEN_ENV
+from workloads.simwire import SimFault
 
 MIB = 1 << 20
 BORROWER = Candidate("borrower", used_bytes=300, guarantee_bytes=100)
@@ -80,3 +85,72 @@ def test_full_visibility_fences_every_gpu_of_the_node_with_the_containers_own_li
     assert adj.allowed and adj.env[ENV_VISIBLE_DEVICES] == ",".join(uuids) and adj.env[ENV_LIMIT] == "128"
     held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
     assert [g.uuid for g in held.gpus] == uuids and {g.hard_limit_bytes for g in held.gpus} == {128 * MIB}
+
+
+def test_shared_fault_domain_puts_time_slicing_neighbours_in_one_fault_domain_and_nothing_else_changes() -> (
+    None
+):
+    broken, good = agent("shared-fault-domain"), agent()
+    envs: dict[tuple[bool, str], dict[str, str]] = {}
+    for a, is_broken in ((broken, True), (good, False)):
+        for name in ("faulty", "neighbour"):
+            adj = a.core.create_container(make_pod(name, placement("main", 64, 128, devices=("0",))), "main")
+            assert adj.allowed
+            envs[is_broken, name] = dict(adj.env)
+    for name in ("faulty", "neighbour"):
+        broken_env, good_env = envs[True, name], envs[False, name]
+        assert broken_env[ENV_PIPE_DIRECTORY].endswith("/time-slicing")
+        assert {k: v for k, v in broken_env.items() if k != SIM_TOKEN_ENV} == {
+            k: v for k, v in good_env.items() if k != SIM_TOKEN_ENV
+        }, "the environment (pipe directory, limits, devices) is what it is without the fault"
+    for a, is_broken in ((broken, True), (good, False)):
+        held = {c.name: c for c in a.node.snapshot().clients}
+        assert held["ns/faulty/main"].mode == held["ns/neighbour/main"].mode == "time-slicing"
+        assert held["ns/faulty/main"].gpus[0].hard_limit_bytes == 128 * MIB
+        faulty, neighbour = (
+            a.node.open_context(envs[is_broken, n][SIM_TOKEN_ENV])[0] for n in ("faulty", "neighbour")
+        )
+        with pytest.raises(SimFault):
+            a.node.fault(faulty, 0)
+        if is_broken:
+            with pytest.raises(SimFault, match="shared fault domain"):
+                a.node.alloc(neighbour, 0, MIB)
+        else:
+            a.node.alloc(neighbour, 0, MIB)  # time-slicing isolates faults: the neighbour runs on
+
+
+def test_shared_fault_domain_leaves_sm_sharing_as_it_was() -> None:
+    a = agent("shared-fault-domain")
+    pod = make_pod("p", placement("main", 64, 128, mode="sm-sharing", portion=0.5))
+    adj = a.core.create_container(pod, "main")
+    assert adj.allowed and adj.env[ENV_PIPE_DIRECTORY].endswith("/sm-sharing")
+    assert adj.env[ENV_THREAD_PERCENTAGE] == "50"
+    assert a.node.snapshot().clients[0].mode == "sm-sharing"
+
+
+# ---- earlier names of faults
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(FAULT_ALIASES.items()))
+def test_an_earlier_fault_name_means_its_new_one_everywhere_a_fault_is_named(old: str, new: str) -> None:
+    assert new in FAULTS and old not in FAULTS
+    assert canonical_fault(old) == new and canonical_fault(new) == new
+    assert AgentOptions(node="n", faults=frozenset({old})).faults == frozenset({new})
+    assert AgentOptions(node="n", faults=frozenset({old, new})).has(new)
+    args = build_parser().parse_args(["--node", "n", "--hook-socket", "/tmp/h.sock", "--fault", old])
+    assert args.fault == [new]
+
+
+def test_the_renamed_faults_still_do_what_the_old_names_did() -> None:
+    a = agent("no-borrowing")
+    adj = a.core.create_container(make_pod("p", placement("main", 64, 128)), "main")
+    assert adj.env[ENV_LIMIT] == "64"
+    a = agent("no-release")
+    assert a.core.create_container(make_pod("p", placement("main", 64, 128), uid="uid-p"), "main").allowed
+    a.core.stop_container(ContainerRef("ns", "p", "uid-p", "main"), 0)
+    assert [c.name for c in a.node.snapshot().clients] == ["ns/p/main"], "the client was not released"
+
+
+def test_an_unknown_fault_is_still_refused_by_the_agents_command_line() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--node", "n", "--hook-socket", "/tmp/h.sock", "--fault", "no-such"])

@@ -156,6 +156,21 @@ def test_agent_faults_reach_every_agent_or_one_nodes_and_the_hook_is_announced(s
     assert faults == [["no-eviction"], ["fail-open", "no-eviction"]]
 
 
+def test_an_earlier_agent_fault_name_reaches_the_agent_as_its_new_one(stub: StubSandbox) -> None:
+    from dataclasses import replace
+
+    from fixtures.noderuntime.component import SOURCE
+
+    stub.config = replace(
+        stub.config, agent_faults=("no-release", "gpu-a-1:no-borrowing", "gpu-a-1:leak-on-exit")
+    )
+    SOURCE.check(stub.config, topology.load("default"))
+    by_name = {c.name: c for c in components(stub, topology.load("default"))}
+    argvs = (by_name["agent/gpu-a-0"].argv, by_name["agent/gpu-a-1"].argv)
+    faults = [[argv[i + 1] for i, a in enumerate(argv) if a == "--fault"] for argv in argvs]
+    assert faults == [["leak-on-exit"], ["leak-on-exit", "limit-from-request"]]
+
+
 @pytest.mark.parametrize(
     ("entry", "message"), [("no-such", "unknown fault"), ("gpu-z-9:no-eviction", "no node 'gpu-z-9'")]
 )

@@ -18,11 +18,11 @@ from reports.model import load_run
 # check -> the seeded agent fault it must catch
 CAUGHT_BY = {
     "hard-limit-oom": "no-hard-limit",
-    "burst-borrowing": "no-borrowing",
+    "burst-borrowing": "limit-from-request",
     "soft-limit-eviction": "no-eviction",
     "mode-guard": "no-mode-guard",
     "smi-visibility": "whole-gpu-visibility",
-    "release-on-exit": "no-release",
+    "release-on-exit": "leak-on-exit",
     "fail-closed": "fail-open",
 }
 
@@ -75,6 +75,14 @@ def test_each_check_fails_against_its_seeded_fault(check: str, fault: str) -> No
     assert result.status == "FAIL", f"{check} did not catch {fault}: {result.summary}"
     assert not report.passed
     assert "SEEDED FAULTS" in render_table(report)
+
+
+def test_an_earlier_fault_name_is_its_new_one() -> None:
+    report = run_probe(
+        ProbeOptions(backend="sim", checks=("burst-borrowing",), faults=frozenset({"no-borrowing"}))
+    )
+    assert report.faults == ["limit-from-request"]
+    assert [r.status for r in report.results] == ["FAIL"]
 
 
 def test_the_evictor_choosing_the_guaranteed_pod_fails_soft_limit_eviction() -> None:

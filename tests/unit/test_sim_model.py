@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from workloads.simwire import (
     OOM_DEVICE_FULL,
     OOM_GUARANTEE_UNSATISFIABLE,
     OOM_HARD_LIMIT,
+    KernelReply,
     MiB,
     SimBadRequest,
     SimDenied,
@@ -351,6 +353,40 @@ def test_a_fault_in_sm_sharing_fails_every_sm_sharing_client_of_that_gpu_only() 
     assert "illegal memory access" in exc.value.reply.message
     node.alloc(other, 0, MiB)
     assert {c.name: c.faulted for c in node.snapshot().clients} == {"a": True, "b": True, "other": False}
+
+
+def _span(reply: KernelReply) -> tuple[float, float]:
+    return reply.start, reply.end
+
+
+def test_time_slicing_clients_in_the_shared_fault_domain_fall_together_and_still_take_turns() -> None:
+    node = make_node(1024, 1024)
+
+    def shared(name: str, gpu: str = "0") -> Context:
+        spec = replace(client_spec(name, [gpu], 100), shared_fault_domain=True)
+        ctx, _hello = node.open_context(node.attach(spec).token)
+        return ctx
+
+    a, b, other = shared("a"), shared("b"), shared("other", "1")
+    isolated = join(node, "isolated", 100)
+    spans: list[tuple[float, float]] = []
+    runs = [threading.Thread(target=lambda c=c: spans.append(_span(node.kernel(c, 0, 0.05)))) for c in (a, b)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join(10)
+    (s1, e1), (s2, e2) = sorted(spans)
+    assert e1 <= s2, "time-slicing kernels still run one at a time"
+    with pytest.raises(SimFault) as exc:
+        node.fault(a, 0)
+    assert "shared fault domain" in exc.value.reply.message
+    with pytest.raises(SimFault):
+        node.alloc(b, 0, MiB)
+    node.alloc(isolated, 0, MiB)  # a client of its own fault domain on that GPU is untouched
+    node.alloc(other, 0, MiB)  # and so is the shared domain of another GPU
+    faulted = {c.name: c.faulted for c in node.snapshot().clients}
+    assert faulted == {"a": True, "b": True, "isolated": False, "other": False}
+    assert {c.mode for c in node.snapshot().clients} == {"time-slicing"}
 
 
 def test_a_kernel_running_when_its_sm_sharing_neighbour_faults_fails_at_once() -> None:

@@ -87,6 +87,20 @@ def test_nested_fields_are_checked_with_their_path() -> None:
         messages.ADMIN_REQUEST_CODEC.decode(json.dumps(bad).encode())
 
 
+def test_an_attach_carries_the_shared_fault_domain_and_an_older_attach_without_it_means_no() -> None:
+    spec = messages.ClientSpec(
+        "a", (messages.ClientGpuSpec("0", 2, 1),), "time-slicing", {}, shared_fault_domain=True
+    )
+    codec = messages.ADMIN_REQUEST_CODEC
+    assert codec.decode(codec.encode(messages.Attach(spec))) == messages.Attach(spec)
+    older = {
+        "type": "attach",
+        "spec": {"name": "a", "gpus": [{"gpu": "0", "hard_limit_mib": 2, "guarantee_mib": 1}]},
+    }
+    decoded = codec.decode(json.dumps(older).encode())
+    assert isinstance(decoded, messages.Attach) and decoded.spec.shared_fault_domain is False
+
+
 def test_error_replies_raise_their_own_exception_type() -> None:
     reply = simwire.OomReply(
         message="m", device=0, requested_bytes=1, used_bytes=2, limit_bytes=2, reason=simwire.OOM_HARD_LIMIT
