@@ -368,6 +368,8 @@ def test_sigint_mid_run_leaves_nothing_and_writes_an_interrupted_report(
     assert run["interrupted"] is True and run["runId"] == run_id, output
     assert (tmp_path / "junit.xml").exists()
     assert all(r["outcome"] in ("passed", "error") for r in run["results"]), run["results"]
+    interrupted = [r for r in run["results"] if r["reason"] == "the run was interrupted while this check ran"]
+    assert interrupted, "the check in flight when the run stopped is listed, as an error"
 
 
 # ------------------------------------------------------------------------------- hostile Pods
