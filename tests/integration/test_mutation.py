@@ -32,7 +32,7 @@ def test_every_seeded_fault_has_an_expected_check() -> None:
 @pytest.fixture(scope="module")
 def mutation(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, Path]:
     out = tmp_path_factory.mktemp("mutation")
-    argv = [sys.executable, "-m", "conformance.cli", "mutate", f"--report-dir={out}"]
+    argv = [sys.executable, "-m", "conformance.cli", "mutate", "--quick", f"--report-dir={out}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
     report = out / "mutation.json"
