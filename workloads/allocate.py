@@ -128,6 +128,7 @@ class Runner:
         poll_s: float = 0.02,
         install_signal_handlers: bool = True,
         environ: Mapping[str, str] | None = None,
+        ending: bool = False,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -138,6 +139,8 @@ class Runner:
         self._signals: set[str] = set()  # latched awaited signals, consumed by the step awaiting them
         self._signal_event = threading.Event()
         self._install = install_signal_handlers
+        self._ending = ending
+        """The process ends after this run (the CLI): a terminating signal after the plan is ignored."""
         self._expected_oom = False
         tag = "simulated GPU" if backend.simulated else backend.name
         self._prefix = f"gpuconf-workload ({tag}):"
@@ -178,8 +181,12 @@ class Runner:
         previous = {name: signal.signal(getattr(signal, name), self._on_signal) for name in names}
 
         def restore() -> None:
+            # When the process is about to write its result and exit, a second SIGTERM (a kubelet
+            # repeating its stop) must not kill it with the default action in between: that lost the
+            # termination message once, under load. So terminating signals stay ignored then.
             for name, handler in previous.items():
-                signal.signal(getattr(signal, name), handler)
+                ignore = self._ending and name in TERMINATING_SIGNALS
+                signal.signal(getattr(signal, name), signal.SIG_IGN if ignore else handler)
 
         return restore
 
@@ -770,7 +777,7 @@ def main(
             stream,
         )
     try:
-        code, result = Runner(plan, backend, stream, environ=env).run()
+        code, result = Runner(plan, backend, stream, environ=env, ending=True).run()
     finally:
         backend.close()
     return _finish(code, result, args, env, stream)
