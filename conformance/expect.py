@@ -22,8 +22,8 @@ from enforcement.contract import (
     read_placement,
     resolve_device,
 )
-from fixtures.podwatch import Snapshot
-from fixtures.suite import Suite, fail
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.podwatch import Snapshot
 
 
 def pod_at(snapshot: Snapshot) -> dict[str, Any]:

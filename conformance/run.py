@@ -22,10 +22,10 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import sonobuoy
-from fixtures.checks import FEATURES, PROFILES, SUITE_PROFILES
-from fixtures.cluster import Cluster, ClusterError, in_cluster
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
+from fixtures.suite.checks import FEATURES, PROFILES, SUITE_PROFILES
+from fixtures.suite.cluster import Cluster, ClusterError, in_cluster
 from reports.cli import add_implementation_options, baseline_check, implementation_from
 from reports.model import EXIT_USAGE, load_run
 from reports.render import render_all
@@ -66,7 +66,7 @@ def validate(args: argparse.Namespace) -> str | None:
 
 def _default_scheduler(args: argparse.Namespace) -> str:
     """The scheduler the sandbox runs (the first ``--scheduler`` spec), which is the one under test."""
-    from fixtures.scheduler.component import parse_spec
+    from fixtures.sandbox.scheduler.component import parse_spec
 
     specs = schedulers_from_args(args)
     if not specs:
@@ -124,7 +124,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     """``--dry-run``: the plan (``conformance.dryrun``); reads the cluster if there is one, writes nothing."""
     from conformance import dryrun
     from conformance.catalog import load_checks
-    from fixtures.plugin import AGENT_RESTART, WITHHELD_REASON
+    from fixtures.suite.plugin import AGENT_RESTART, WITHHELD_REASON
 
     problem = validate(args)
     if problem:

@@ -12,8 +12,8 @@ import math
 
 from conformance.expect import limit_and_mode_present, placement_must_be_complete
 from enforcement.contract import SUFFIX_REQUEST, nvidia_key
-from fixtures.checks import check
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import check
+from fixtures.suite.frame import Suite, fail
 
 
 @check(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from enforcement.contract import audit_gpus
-from fixtures.checks import Needs, check
-from fixtures.manifests import RequestForm
-from fixtures.suite import Suite, fail
-from fixtures.waiting import WaitTimeout, wait_until
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.manifests import RequestForm
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 FILL = 0.6
 

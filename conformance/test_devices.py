@@ -11,9 +11,9 @@ from kubernetes.client.rest import ApiException
 
 from conformance.expect import gpus_at_bind, placement_must_be_complete
 from enforcement.contract import SUFFIX_DEVICES, node_gpu_count, node_gpu_uuids, nvidia_key
-from fixtures.checks import Needs, check
-from fixtures.podwatch import Snapshot
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.podwatch import Snapshot
 
 
 def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, expected: int) -> None:

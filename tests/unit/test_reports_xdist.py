@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME, result_from_reports
+from fixtures.suite.plugin import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME, result_from_reports
 from reports.model import RunRecord, write_run
 
 PHASES = {}

@@ -18,11 +18,11 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from enforcement.reflector import Changed, Listed, Reflector
-from fixtures import manifests
 from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
 from fixtures.sandbox.errors import SandboxError
-from fixtures.scheduler import loop
-from fixtures.scheduler.loop import Scheduler, Settings
+from fixtures.sandbox.scheduler import loop
+from fixtures.sandbox.scheduler.loop import Scheduler, Settings
+from fixtures.suite import manifests
 
 
 class Reply:

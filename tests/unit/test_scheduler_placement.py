@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enforcement.contract import audit_gpus, audit_pod, read_placement
-from fixtures import manifests
-from fixtures.scheduler.faults import FAULTS
-from fixtures.scheduler.ledger import Ledger
-from fixtures.scheduler.placement import MARKER, Decision, NodeInfo, Unschedulable, decide
+from fixtures.sandbox.scheduler.faults import FAULTS
+from fixtures.sandbox.scheduler.ledger import Ledger
+from fixtures.sandbox.scheduler.placement import MARKER, Decision, NodeInfo, Unschedulable, decide
+from fixtures.suite import manifests
 
 MIB = 143771  # an H200, as the sandbox's nodes say
 

@@ -24,11 +24,11 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from fixtures import cluster as cluster_module
-from fixtures import leases as leases_module
-from fixtures.cluster import Cluster, api_failure, service_account_missing
-from fixtures.noderuntime.containers import cap_log
-from fixtures.podwatch import PodWatch
+from fixtures.sandbox.noderuntime.containers import cap_log
+from fixtures.suite import cluster as cluster_module
+from fixtures.suite import leases as leases_module
+from fixtures.suite.cluster import Cluster, api_failure, service_account_missing
+from fixtures.suite.podwatch import PodWatch
 
 # ------------------------------------------------------------------------------- api_failure
 
@@ -277,7 +277,7 @@ def test_the_end_of_a_run_survives_an_api_server_that_is_gone(
 ) -> None:
     """Cleanup with no API server: it says what it could not do and returns, so the results are
     still written (before, release_all's connection error ended the run without run.json)."""
-    from fixtures import plugin
+    from fixtures.suite import plugin
 
     class Dead:
         def __getattr__(self, _name: str) -> Any:
