@@ -67,6 +67,12 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "leak-completed": ("release-on-completion",),
     "silent-unschedulable": ("unschedulable-reason",),
     "portion-of-wrong-size": ("portion-conversion",),
+    "inflate-request": ("values-as-asked",),
+    "limit-to-gpu": ("values-as-asked",),
+    "default-sm-sharing": ("values-as-asked",),
+    "overcommit-slightly": ("memory-fit",),
+    "leak-failed": ("release-on-completion",),
+    "vague-unschedulable": ("unschedulable-reason",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
 

@@ -339,6 +339,15 @@ def test_an_unschedulable_pod_says_why_unless_silent_unschedulable(silent: bool)
         assert core.events == ["FailedScheduling"]
 
 
+def test_vague_unschedulable_says_why_without_naming_memory() -> None:
+    core = FakeCore()
+    scheduler = worker(core, pending("big", "2000"), faults=frozenset({"vague-unschedulable"}))
+    run_once(scheduler)
+    scheduler.recorder.flush()
+    assert scheduler.reasons["uid-big"].code == "insufficient-memory"
+    assert core.status == ["no GPU can take this Pod right now"] and core.events == ["FailedScheduling"]
+
+
 def test_a_pod_given_a_toleration_is_tried_again() -> None:
     tainted = {**NODE, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
     core = FakeCore()

@@ -112,6 +112,12 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "leak-completed",
         "silent-unschedulable",
         "portion-of-wrong-size",
+        "inflate-request",
+        "limit-to-gpu",
+        "default-sm-sharing",
+        "overcommit-slightly",
+        "leak-failed",
+        "vague-unschedulable",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 
