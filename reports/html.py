@@ -21,7 +21,7 @@ import jinja2
 import markupsafe
 
 from reports import checklist, figures, plots, timeline, validation
-from reports.environment import describe
+from reports.environment import complete, describe
 from reports.model import CheckResult, Implementation, RunRecord
 from reports.verdicts import profile_results, supported_features
 
@@ -174,7 +174,7 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "date": datetime.fromtimestamp(record.started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "duration": round(record.finished - record.started, 1),
         "implementation": impl,
-        "environment": describe(record.environment_view()) + left_out_rows(record),
+        "environment": describe(complete(record)) + left_out_rows(record),
         "profiles": profile_results(record),
         "verdict": record.verdict_line(),
         "exit_code": record.exit_code(),

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.suite.plugin import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME, result_from_reports
-from reports.model import RunRecord, write_run
+from reports.model import RunRecord
+from reports.records import write_run
 
 PHASES = {}
 RESULTS = []
