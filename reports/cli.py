@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from reports import diff as diff_module
+from reports import submitter
 from reports.model import Implementation, RunRecord
 from reports.render import FORMATS, render
 from reports.terminal import summary
@@ -38,12 +40,18 @@ def _load(path: Path) -> RunRecord | None:
 
 
 def implementation_from(args: argparse.Namespace) -> Implementation | None:
-    given = Implementation(
-        organization=args.organization or "",
-        project=args.project or "",
-        url=args.url or "",
-        version=args.impl_version or "",
-        contact=[c.strip() for value in args.contact or [] for c in value.split(",") if c.strip()],
+    """Who submits: the submitter file (``--submitter``), with any of the single options over it.
+    Raises ``SubmitterError`` for a file that cannot be read or breaks its schema."""
+    path = getattr(args, "submitter", None)
+    base = submitter.load(path) if path else Implementation()
+    contact = [c.strip() for value in args.contact or [] for c in value.split(",") if c.strip()]
+    given = replace(
+        base,
+        organization=args.organization or base.organization,
+        project=args.project or base.project,
+        url=args.url or base.url,
+        version=args.impl_version or base.version,
+        contact=contact or base.contact,
     )
     return given if given != Implementation() else None
 
@@ -53,7 +61,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     if record is None:
         return EXIT_INPUT
     out = args.output or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent)
-    impl = implementation_from(args)
+    try:
+        impl = implementation_from(args)
+    except submitter.SubmitterError as exc:
+        print(f"gpuconf report: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     chosen = FORMATS if args.format == "all" else () if args.format == "text" else (args.format,)
     if args.format in ("text", "all"):
         sys.stdout.write(summary(record))
@@ -119,6 +131,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def add_implementation_options(parser: argparse.ArgumentParser) -> None:
     """Who submits the ConformanceReport (also used by ``gpuconf run``)."""
     group = parser.add_argument_group("implementation (required for a ConformanceReport submission)")
+    group.add_argument(
+        "--submitter",
+        type=Path,
+        metavar="FILE",
+        help="who submits which product version, as YAML: organization, project, url, version, contact, "
+        "type, repository, documentation (the options below override its values)",
+    )
     group.add_argument("--organization", help="the organization that makes the implementation")
     group.add_argument("--project", help="the implementation's project name")
     group.add_argument("--url", help="the implementation's home page")
@@ -136,6 +155,7 @@ def register(subparsers: Any) -> None:
     )
     sub = report.add_subparsers(dest="report_command", metavar="SUBCOMMAND")
     sub.required = True
+    report.set_defaults(report_subcommands=sub)
 
     render_p = sub.add_parser(
         "render", help="write the run's renderings", description=__doc__.split("\n\n")[0]
@@ -168,6 +188,11 @@ def register(subparsers: Any) -> None:
     )
     diff_p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     diff_p.set_defaults(func=cmd_diff)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> Any:
+    """``gpuconf report``'s subcommands, for the parts above that add their own (``bundle``, ``verify``)."""
+    return parser.get_default("report_subcommands")
 
 
 def baseline_check(record: RunRecord, baseline: Path, tolerance: float = diff_module.TOLERANCE) -> int:
