@@ -22,6 +22,7 @@ import markupsafe
 
 from reports import checklist, figures, plots, timeline, validation
 from reports.environment import complete, describe
+from reports.levels import level_of
 from reports.model import CheckResult, Implementation, RunRecord
 from reports.verdicts import profile_results, supported_features
 
@@ -177,6 +178,7 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "environment": describe(complete(record)) + left_out_rows(record),
         "profiles": profile_results(record),
         "verdict": record.verdict_line(),
+        "level": level_of(record),
         "exit_code": record.exit_code(),
         "supported": supported,
         "unsupported": unsupported,
