@@ -317,7 +317,9 @@ def test_terminal_summary_from_the_model() -> None:
     text = terminal.summary(load("node-stack-handmade"))
     assert text.splitlines()[0].split() == ["CHECK", "LEVEL", "PARTY", "OUTCOME", "SECONDS", "REASON"]
     assert "profile stack: FAILURE (2 passed, 1 failed, 1 skipped)" in text
-    assert text.rstrip().endswith("in 312 s")
+    *_, verdict, level = text.rstrip().splitlines()
+    assert verdict.endswith("in 312 s")
+    assert level.startswith("LEVEL: NOT CONFORMANT (sandbox-verified, simulated GPUs; reference components)")
 
 
 def test_render_all_writes_every_format(tmp_path: Path) -> None:
