@@ -181,6 +181,8 @@ def _redact_value(option: str, value: str) -> str:
         return REDACTED
     if option in KUBECONFIG_OPTION:
         return KUBECONFIG
+    if " " in value.strip():  # a command line in one value (--scheduler-command): each word on its own
+        return " ".join(_redact_value(option, word) if word else word for word in value.split(" "))
     if value.startswith(("/", "~")) or os.path.isabs(value):
         return Path(value).name or value
     return redact_text(value)
