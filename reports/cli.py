@@ -2,12 +2,16 @@
 
 - ``gpuconf report render RUN_DIR --format yaml|html|junit|allure|text|all`` writes the chosen
   renderings into RUN_DIR (or ``--output``); ``text`` prints the terminal summary. The
-  ConformanceReport needs ``--organization``, ``--project``, ``--url``, ``--version`` and
-  ``--contact`` to be a submission.
+  ConformanceReport needs who submits it (``--submitter FILE``, or ``--organization``,
+  ``--project``, ``--url``, ``--version`` and ``--contact``) to be a submission.
 - ``gpuconf report allure RUN_DIR`` writes ``allure-results/`` and builds ``allure-report/`` with
   the Allure 3 command line, or says how to install it (exit 2).
 - ``gpuconf report diff BEFORE AFTER`` lists regressions, recoveries, new skips and moved figures;
-  exit 1 on a regression.
+  exit 1 on a regression. Either side: a run folder, a ``run.json``, a ConformanceReport YAML or a
+  submission bundle.
+- ``bundle``, ``verify`` and ``attest`` (submissions) are ``conformance.certify``'s: they judge
+  completeness against the catalog, which lives above this part; ``subcommands`` hands them this
+  command's subparsers.
 
 Exit codes: 0 done (diff: no regression), 1 a regression (diff), 2 unreadable input or a missing
 tool.
@@ -149,9 +153,9 @@ def register(subparsers: Any) -> None:
     """Add ``report`` (render, allure, diff) to the ``gpuconf`` command line."""
     report = subparsers.add_parser(
         "report",
-        help="render a recorded run (YAML, HTML, JUnit, Allure), or compare two runs",
-        description="Render a recorded run (a report directory with run.json), build its Allure site, or "
-        "compare two runs before and after an upgrade.",
+        help="render a recorded run, compare two runs, bundle and verify a submission",
+        description="Render a recorded run (a report directory with run.json), build its Allure site, "
+        "compare two runs before and after an upgrade, or bundle, verify and attest a submission.",
     )
     sub = report.add_subparsers(dest="report_command", metavar="SUBCOMMAND")
     sub.required = True

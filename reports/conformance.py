@@ -148,7 +148,7 @@ def render_yaml(record: RunRecord, implementation: Implementation | None = None)
         head = (
             "# Not yet a submission: give "
             + ", ".join(f"--{name}" for name in impl.missing())
-            + " (gpuconf report render RUN_DIR --format yaml ...)\n"
+            + " or --submitter FILE (gpuconf report render RUN_DIR --format yaml ...)\n"
         )
     body = yaml.safe_dump(report(record, impl), sort_keys=False, allow_unicode=True, width=110)
     return head + body
