@@ -191,9 +191,9 @@ def _redact_value(option: str, value: str) -> str:
 def leaks(text: str) -> list[tuple[str, str]]:
     """(kind, what) of every home path, kubeconfig path and private address in ``text``."""
     found = []
-    for kind, pattern, _placeholder in LEAKS:
-        for match in pattern.finditer(text):
-            found.append((kind, match.group(0)))
+    for kind, pattern, placeholder in LEAKS:  # each found once: a home path inside a kubeconfig path is one
+        found += [(kind, match.group(0)) for match in pattern.finditer(text)]
+        text = pattern.sub(placeholder, text)
     return found
 
 
