@@ -39,7 +39,7 @@ HOME_PATH: Final = re.compile(
     r"(?<![\w<])(/home/[^/\s\"'<>:,;]+|/Users/[^/\s\"'<>:,;]+|/root(?=[/\s\"'<>:,;]|$))"
 )
 KUBECONFIG_PATH: Final = re.compile(
-    r"(?<![\w<])(?:~|/[^\s\"'<>]*)?/?\.kube/config\b|(?<![\w<])/[^\s\"'<>]*kubeconfig[^\s\"'<>]*"
+    r"(?<![\w<])(?:~|/[^\s\"'<>,;]*)?/?\.kube/config\b|(?<![\w<])/[^\s\"'<>,;]*kubeconfig[^\s\"'<>,;]*"
 )
 _OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 PRIVATE_IPV4: Final = re.compile(
