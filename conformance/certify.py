@@ -1015,7 +1015,7 @@ FORMS: Final = ("gpu-memory", "gpu-fraction", "nvidia")
 def _first_difference(found: str, wanted: str) -> str:
     for number, (a, b) in enumerate(zip(found.splitlines(), wanted.splitlines(), strict=False), start=1):
         if a != b:
-            return f"line {number}: {a.strip()[:80]!r} (fresh: {b.strip()[:80]!r})"
+            return f"line {number}: {a.strip()[:100]!r} (fresh: {b.strip()[:100]!r})"
     return f"length {len(found)} (fresh: {len(wanted)})"
 
 
