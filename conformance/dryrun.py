@@ -34,7 +34,7 @@ from functools import cache
 from typing import Any, Final
 
 from fixtures.suite.checks import FEATURES, SUITE_PROFILES, Check, needed_features
-from fixtures.suite.plugin import AGENT_RESTART
+from fixtures.suite.session import AGENT_RESTART
 
 POD_MAKERS: Final = frozenset({"scheduled_pod", "placed_pod", "submit"})
 """``Suite`` methods that create a Pod."""
@@ -164,7 +164,7 @@ def items(
 ) -> list[Item]:
     """Every item a run with these options collects, in the plugin's order, with its skip reason
     (``withheld``: why agent-restart is not done here, as
-    ``fixtures.suite.plugin.withhold_agent_restart``)."""
+    ``fixtures.suite.session.withhold_agent_restart``)."""
     from fixtures.suite.checks import REQUEST_FORM_PREFERENCE
 
     preferred = next((f for f in REQUEST_FORM_PREFERENCE if f in supported), None)

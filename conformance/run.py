@@ -132,7 +132,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     """``--dry-run``: the plan (``conformance.dryrun``); reads the cluster if there is one, writes nothing."""
     from conformance import dryrun
     from conformance.catalog import load_checks
-    from fixtures.suite.plugin import AGENT_RESTART, WITHHELD_REASON
+    from fixtures.suite.session import AGENT_RESTART, WITHHELD_REASON
 
     problem = validate(args)
     if problem:

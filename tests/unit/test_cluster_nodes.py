@@ -21,8 +21,8 @@ from fixtures.suite.cluster import (
     whole_gpu_holders,
     whole_gpus_requested,
 )
-from fixtures.suite.plugin import _busy_nodes
 from fixtures.suite.preflight import PreflightReport
+from fixtures.suite.scope import busy_nodes as _busy_nodes
 
 
 def node(name: str = "gpu-0", *, labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from conformance.catalog import load_checks
 from conformance.cli import build_parser, main
 from fixtures.suite.checks import FEATURES, REGISTRY
 from fixtures.suite.cluster import GpuNode, left_out
-from fixtures.suite.plugin import WITHHELD_REASON
+from fixtures.suite.session import WITHHELD_REASON
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +229,7 @@ def test_the_plugin_restarts_a_real_agent_only_when_the_user_names_the_feature(
     from types import SimpleNamespace
 
     from fixtures.suite.frame import RunOptions
-    from fixtures.suite.plugin import WITHHELD, withhold_agent_restart
+    from fixtures.suite.session import WITHHELD, withhold_agent_restart
 
     options = RunOptions(
         scheduler_name="s", profiles=("node",), supported_features=frozenset(FEATURES), run_id="r"
@@ -245,7 +245,7 @@ def test_with_preflight_skipped_the_plugin_reads_the_nodes_to_decide(simulated: 
     from types import SimpleNamespace
 
     from fixtures.suite.frame import RunOptions
-    from fixtures.suite.plugin import WITHHELD, withhold_agent_restart
+    from fixtures.suite.session import WITHHELD, withhold_agent_restart
 
     labels = {"gpuconf.io/simulated": "true"} if simulated else {}
 

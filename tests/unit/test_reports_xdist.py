@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.suite.plugin import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME, result_from_reports
+from fixtures.suite.outcomes import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME
+from fixtures.suite.results import result_from_reports
 from reports.model import RunRecord
 from reports.records import write_run
 
