@@ -827,7 +827,7 @@ def main(args: argparse.Namespace) -> int:
             options.output.parent.mkdir(parents=True, exist_ok=True)
             options.output.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
         if options.report_dir is not None:
-            from reports.model import write_run
+            from reports.records import write_run
 
             write_run(record, options.report_dir)
     except OSError as exc:

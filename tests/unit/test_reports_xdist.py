@@ -19,7 +19,8 @@ import pytest
 
 from fixtures.suite.outcomes import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME
 from fixtures.suite.results import result_from_reports
-from reports.model import RunRecord, write_run
+from reports.model import RunRecord
+from reports.records import write_run
 
 PHASES = {}
 RESULTS = []
