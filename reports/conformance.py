@@ -88,6 +88,8 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                 "name": p.name,
                 "result": p.result,
                 "summary": p.summary(),
+                "warnings": p.warnings,
+                "coreNotJudged": [r.key for r in p.results if r.core and r.outcome in ("skipped", "error")],
                 "statistics": {o: p.counts[o] for o in OUTCOMES},
                 "statisticsByLevel": {
                     level: {o: counts[o] for o in OUTCOMES} for level, counts in p.by_level.items()
@@ -98,6 +100,7 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                         "id": r.id,
                         "level": r.level,
                         "outcome": r.outcome,
+                        "core": r.core,
                         **({"reason": r.reason} if r.reason else {}),
                         "evidence": digests[r.key],
                     }

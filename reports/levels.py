@@ -1,7 +1,8 @@
 """The level a run reaches, said plainly in every view (the HTML head, the terminal, the YAML).
 
 - **conformant**: every MUST check of the claim was judged and passed (a check skipped for a
-  feature the implementation does not claim is outside the claim);
+  feature the implementation does not claim is outside the claim, unless it is a core check of
+  its profile, ``fixtures.suite.checks.CORE``: those are never outside it);
 - **partial**: none failed, but some were not judged, and the level names them (an error, a
   skip for another reason, a run narrowed to some checks or interrupted);
 - **not conformant**: a MUST check failed.
@@ -109,10 +110,12 @@ def level_of(record: RunRecord) -> Level:
     if any(r.outcome == "failed" for r in must):
         return Level(NOT_CONFORMANT, qualifiers)
     not_judged = [f"{r.key} (error)" for r in must if r.outcome == "error"]
+    # A feature the implementation does not claim puts a check outside the claim, except a core
+    # check: the MUST checks that define a profile are never outside it.
     not_judged += [
-        f"{r.key} (skipped: {r.reason})"
+        f"{r.key} ({'core check ' if r.core else ''}skipped: {r.reason})"
         for r in must
-        if r.outcome == "skipped" and not r.reason.startswith(FEATURE_SKIP)
+        if r.outcome == "skipped" and (r.core or not r.reason.startswith(FEATURE_SKIP))
     ]
     not_judged += [f"the run was narrowed: {n}" for n in narrowing(record)]
     if record.interrupted:

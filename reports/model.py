@@ -39,6 +39,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_NOT_JUDGED: Final = 3
+EXIT_PARTIAL: Final = 4
+"""No MUST check failed or errored, but a core check was skipped, or no MUST check ran at all."""
 SCHEMA: Final = "gpuconf.io/v1alpha2"
 """The apiVersion this release writes (``run.json`` and the ConformanceReport)."""
 SCHEMA_V1ALPHA1: Final = "gpuconf.io/v1alpha1"
@@ -149,6 +151,8 @@ class CheckResult:
     nodeid: str = ""
     rules: list[str] = field(default_factory=list)
     """The contract rules (``enforcement.rules`` ids) this check judges; empty: the report's default table."""
+    core: bool = False
+    """One of the MUST checks that define its profile: skipped or not judged, the profile is partial."""
     figures: dict[str, float] = field(default_factory=dict)
     """Named measurements a later run is compared on (``reports.figures``: eviction seconds, boundary
     error, throughput per mode, density); more are derived from the evidence."""
@@ -211,16 +215,36 @@ class RunRecord:
             return EXIT_FAILED
         if any(r.outcome == "error" for r in must) or self.interrupted:
             return EXIT_NOT_JUDGED
+        if self.core_not_judged() or not any(r.outcome == "passed" for r in must):
+            return EXIT_PARTIAL
         return EXIT_OK
+
+    def core_not_judged(self) -> list[CheckResult]:
+        """The core checks (``CheckResult.core``) of this run that were skipped or not judged."""
+        return [r for r in self.results if r.core and r.outcome in ("skipped", "error")]
 
     def verdict_line(self) -> str:
         c = self.counts()
         parts = ", ".join(f"{c[o]} {o}" for o in OUTCOMES if c[o])
-        verdict = {
-            EXIT_OK: "CONFORMANT: every MUST check that ran passed",
-            EXIT_FAILED: "NOT CONFORMANT: a MUST check failed",
-            EXIT_NOT_JUDGED: "NOT JUDGED: a MUST check could not be judged (error)",
-        }[self.exit_code()]
+        code = self.exit_code()
+        if code == EXIT_PARTIAL:
+            core = self.core_not_judged()
+            verdict = (
+                f"PARTIAL: {len(core)} core check(s) not judged ("
+                + "; ".join(f"{r.key}: {r.reason or r.outcome}" for r in core)
+                + ")"
+                if core
+                else "PARTIAL: no MUST check was judged"
+            )
+        else:
+            verdict = {
+                EXIT_OK: "CONFORMANT: every MUST check that ran passed, the core of each profile included",
+                EXIT_FAILED: "NOT CONFORMANT: a MUST check failed",
+                EXIT_NOT_JUDGED: "NOT JUDGED: a MUST check could not be judged (error)",
+            }[code]
+        warned = [r.key for r in self.results if r.level == "SHOULD" and r.outcome == "failed"]
+        if warned and code == EXIT_OK:
+            verdict += f", with warnings: SHOULD check(s) failed: {', '.join(warned)}"
         if self.interrupted:
             verdict += " (the run was interrupted)"
         return f"{verdict}; {parts} in {self.finished - self.started:.0f} s"

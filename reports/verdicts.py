@@ -1,10 +1,11 @@
 """The verdict per profile, as every report states it.
 
 The verdict is over the profile's MUST checks (SHOULD checks are counted apart and never change
-it): ``failure`` when one failed; ``partial`` when none failed but one was skipped (an unsupported
-feature) or could not be judged (error), or the profile has none; ``success`` when every one
-passed. An error is never a failure of the implementation (docs/architecture.md §5), but a profile
-with one was not wholly judged, so it is not a success either.
+it, but a failed one makes a success read "success with warnings" in every view): ``failure``
+when one failed; ``partial`` when none failed but one was skipped (an unsupported feature) or
+could not be judged (error), or none passed; ``success`` when every one passed. An error is never
+a failure of the implementation (docs/architecture.md §5), but a profile with one was not wholly
+judged, so it is not a success either.
 """
 
 from __future__ import annotations
@@ -30,19 +31,32 @@ class ProfileResult:
     supported_features: list[str] = field(default_factory=list)
     unsupported_features: list[str] = field(default_factory=list)
 
+    @property
+    def warnings(self) -> list[str]:
+        """The SHOULD checks that failed: they never change the result, and every view names them."""
+        return [r.key for r in self.results if r.level == "SHOULD" and r.outcome == "failed"]
+
+    @property
+    def headline(self) -> str:
+        """The result as a person reads it: ``success with warnings`` when a SHOULD check failed."""
+        if self.result == "success" and self.warnings:
+            return "success with warnings"
+        return self.result
+
     def keys(self, outcome: str) -> list[str]:
         return [r.key for r in self.results if r.outcome == outcome]
 
     def summary(self) -> str:
         parts = ", ".join(f"{self.counts[o]} {o}" for o in OUTCOMES if self.counts[o])
-        return f"{self.name}: {self.result.upper()} ({parts or 'no checks'})"
+        return f"{self.name}: {self.headline.upper()} ({parts or 'no checks'})"
 
 
 def verdict_of(results: list[CheckResult]) -> Result:
+    """Over a profile's MUST results: a core check skipped or not judged is always partial."""
     outcomes = {r.outcome for r in results}
     if "failed" in outcomes:
         return "failure"
-    if outcomes & {"skipped", "error"} or not results:
+    if outcomes & {"skipped", "error"} or not results or not any(r.outcome == "passed" for r in results):
         return "partial"
     return "success"
 

@@ -57,3 +57,81 @@ def test_gpuconfs_own_test_run_does_not_collect_the_checks() -> None:
     collected = [line for line in proc.stdout.splitlines() if "::" in line]
     assert collected, "the test run collected nothing"
     assert not [line for line in collected if line.startswith("conformance/")]
+
+
+def test_every_core_check_is_a_declared_must_check_of_its_profile() -> None:
+    from conformance.catalog import load_checks
+    from fixtures.suite.checks import CORE
+
+    declared = {c.id: c for c in load_checks()}
+    for profile, ids in CORE.items():
+        for check_id in ids:
+            assert check_id in declared, f"core check {check_id} of {profile} is not declared"
+            assert declared[check_id].level == "MUST" and profile in declared[check_id].profiles
+
+
+def test_a_core_check_skipped_for_a_feature_makes_the_run_partial_never_conformant() -> None:
+    from reports.model import EXIT_OK, EXIT_PARTIAL, CheckResult, RunRecord
+    from reports.verdicts import profile_results
+
+    def result(check: str, outcome: str, core: bool, level: str = "MUST") -> CheckResult:
+        reason = "needs feature(s) sm-sharing, which the implementation does not support"
+        return CheckResult(
+            key=f"scheduler/{check}",
+            id=check,
+            profile="scheduler",
+            party="scheduler",
+            level=level,
+            statement="",
+            capability="",
+            outcome=outcome,
+            core=core,  # type: ignore[arg-type]
+            reason=reason if outcome == "skipped" else "",
+        )
+
+    passed = [
+        result("memory-fit", "passed", True),
+        result("limit-and-mode-at-bind", "passed", False, "SHOULD"),
+    ]
+    record = RunRecord(run_id="r", started=0.0, finished=1.0, target={}, options={}, results=passed)
+    assert record.exit_code() == EXIT_OK
+    warned = RunRecord(
+        run_id="r",
+        started=0.0,
+        finished=1.0,
+        target={},
+        options={},
+        results=[passed[0], result("limit-and-mode-at-bind", "failed", False, "SHOULD")],
+    )
+    assert warned.exit_code() == EXIT_OK and "with warnings" in warned.verdict_line()
+    assert profile_results(warned)[0].headline == "success with warnings"
+    skipped = RunRecord(
+        run_id="r",
+        started=0.0,
+        finished=1.0,
+        target={},
+        options={},
+        results=[*passed, result("mode-separation", "skipped", True)],
+    )
+    assert skipped.exit_code() == EXIT_PARTIAL
+    assert skipped.verdict_line().startswith("PARTIAL: 1 core check(s) not judged (scheduler/mode-separation")
+    assert profile_results(skipped)[0].result == "partial"
+    # a non-core check skipped for a feature stays outside the claim
+    outside = RunRecord(
+        run_id="r",
+        started=0.0,
+        finished=1.0,
+        target={},
+        options={},
+        results=[*passed, result("modes-side-by-side", "skipped", False)],
+    )
+    assert outside.exit_code() == EXIT_OK
+    nothing = RunRecord(
+        run_id="r",
+        started=0.0,
+        finished=1.0,
+        target={},
+        options={},
+        results=[result("multi-device", "skipped", False)],
+    )
+    assert nothing.exit_code() == EXIT_PARTIAL
