@@ -293,6 +293,16 @@ def node(sandbox: Sandbox) -> Iterator[Node]:
             assert "Traceback" not in agent_log, "the agent logged a traceback"
 
 
+@pytest.fixture(autouse=True)
+def remove_pods(node: Node) -> Iterator[None]:
+    """As the kubelet does for deleted Pods: each test's pod sandboxes (and containers) go at its end."""
+    yield
+    for sandbox_id in node.pods:
+        node.containerd.crictl("stopp", sandbox_id, check=False)
+        node.containerd.crictl("rmp", "-f", sandbox_id, check=False)
+    node.pods.clear()
+
+
 def test_a_fractional_container_sees_the_agents_environment_and_mounts(node: Node, namespace: str) -> None:
     pod = node.api_pod(namespace, "fenced", placed(("0",), 512, 1024))
     own = {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=99999M", "APP": "kept"}
