@@ -3,7 +3,10 @@
 ``python -m enforcement.agent --node NAME --kubeconfig PATH --backend sim --sim-dir DIR
 --hook-socket PATH [--metrics-port PORT] [--fail-open] [--sim-admin-token-env NAME]
 [--announce-restart-hook]`` (the sandbox's node wiring starts it so); on a real cluster it runs in
-the DaemonSet of ``enforcement/deploy`` with ``--backend mps`` and the in-cluster service account.
+the DaemonSet of ``enforcement/deploy`` with ``--backend mps``, the in-cluster service account and
+``--require-nri-plugin``: there the hook's caller is the NRI plugin of ``enforcement/nri``, and the
+node condition is False (``NRIPluginNotRegistered``) unless the plugin reported its registration
+with containerd within the last ``NRI_PLUGIN_TIMEOUT_S`` seconds.
 
 Run as a plain process (not a Pod), ``--announce-restart-hook`` makes it re-execute itself on
 SIGHUP (a full restart that keeps the pid) and say so on its Node (``enforcement.agent.restart``):
@@ -78,6 +81,8 @@ class HealthLoop:
         """The backend's health as last seen."""
         self.plugin_ok: bool | None = None
         """The NRI plugin's registration as last seen (always True when none is expected)."""
+        self.ready: bool | None = None
+        """The node condition's status as last decided (backend and plugin): what ``/healthz`` says."""
 
     def run_once(self) -> None:
         core = self.core
@@ -106,6 +111,7 @@ class HealthLoop:
         if plugin_ok != self.plugin_ok:
             core.log(f"NRI plugin: {'ready' if plugin_ok else 'MISSING'}: {plugin_message}")
             self.plugin_ok = plugin_ok
+        self.ready = ok
         now = time.monotonic()
         state = (ok, reason)
         if state != self._written or now - self._written_at >= core.options.heartbeat_s:
@@ -214,7 +220,7 @@ class Agent:
                 self.metrics,
                 self.core.registry,
                 self.core.backend.usage,
-                lambda: bool(self.health.ok),
+                lambda: bool(self.health.ready),
                 bind=self._metrics_bind,
             ).start()
         return {

@@ -311,6 +311,9 @@ def test_a_fractional_container_sees_the_agents_environment_and_mounts(node: Nod
     # Exactly the agent's table for the contract's keys (the container's own values replaced) ...
     assert {k: seen[k] for k in CONTRACT_ENV if k in seen} == expected
     assert seen["APP"] == "kept"
+    # Nothing else: the image's and the shell's own variables, the container's, and the agent's.
+    shell = {"PATH", "HOSTNAME", "HOME", "SHLVL", "PWD"}
+    assert set(seen) - shell == set(expected) | {SIM_SOCKET_ENV, SIM_TOKEN_ENV, "APP"}
     # ... plus the simulated device's socket and a token that opens this container's client there.
     assert seen[SIM_SOCKET_ENV] == str(node.sim_dir / CLIENT_SOCKET_NAME)
     device = DeviceClient.from_env(seen)

@@ -129,7 +129,8 @@ def test_the_node_condition_names_the_missing_plugin_and_the_backend_first() -> 
     loop.run_once()
     ok, reason, message = kube.conditions[-1]
     assert (ok, reason) == (False, REASON_PLUGIN_MISSING) and "NRI plugin" in message
+    assert loop.ready is False  # what /healthz says: the DaemonSet's Pod is not Ready either
     a.core.plugin_status(PluginStatus(True, "gpuconf", "containerd"))
     loop.run_once()
     ok, reason, message = kube.conditions[-1]
-    assert ok and "NRI plugin gpuconf registered" in message
+    assert ok and "NRI plugin gpuconf registered" in message and loop.ready is True
