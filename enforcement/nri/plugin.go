@@ -119,6 +119,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 		log.Printf("%v; container %q of Pod %s/%s has no GPU fraction annotations: started untouched",
 			err, ctr.GetName(), pod.GetNamespace(), pod.GetName())
+		p.track(ctr.GetId(), info)
 		return nil, nil, nil
 	}
 	if !answer.Allowed {
@@ -128,9 +129,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 		return nil, nil, fmt.Errorf("%s: %s", reason, answer.Message)
 	}
-	p.mu.Lock()
-	p.containers[ctr.GetId()] = &tracked{info: info}
-	p.mu.Unlock()
+	p.track(ctr.GetId(), info)
 	if len(answer.Env) == 0 && len(answer.Mounts) == 0 {
 		return nil, nil, nil
 	}
@@ -151,6 +150,13 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		adjust.AddMount(&api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
 	return adjust, nil, nil
+}
+
+// track remembers a created container, for the Synchronize a restarted agent gets.
+func (p *plugin) track(id string, info containerInfo) {
+	p.mu.Lock()
+	p.containers[id] = &tracked{info: info}
+	p.mu.Unlock()
 }
 
 func (p *plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {

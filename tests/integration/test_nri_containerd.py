@@ -35,7 +35,7 @@ from enforcement.agent import rbac
 from enforcement.agent.agent import NRI_PLUGIN_READINESS_PERIOD_S
 from enforcement.agent.environment import CONTRACT_ENV, enforcement_env
 from enforcement.agent.handler import REASON_PLUGIN_MISSING
-from enforcement.agent.kube import CONDITION_TYPE
+from enforcement.agent.kube import CONDITION_TYPE, REASON_REJECTED
 from enforcement.agent.testing import AgentProcess
 from enforcement.contract import (
     NODE_GPU_UUIDS,
@@ -209,6 +209,13 @@ class Node:
         seen = dict(line.split("=", 1) for line in out[:cut] if "=" in line)
         return container, seen, "\n".join(out[cut + 1 : out.index("READY")])
 
+    def events(self, pod: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+        meta = pod["metadata"]
+        resp = self.sandbox.core_v1().list_namespaced_event(
+            meta["namespace"], field_selector=f"involvedObject.uid={meta['uid']}", _preload_content=False
+        )
+        return [e for e in json.loads(resp.data)["items"] if e.get("reason") == reason]
+
     def state(self, container: str) -> str:
         raw = json.loads(self.containerd.crictl("inspect", container).stdout)
         return str(raw["status"]["state"])
@@ -344,6 +351,11 @@ def test_a_malformed_placement_is_refused_with_the_agents_message_and_nothing_ru
     assert "fails closed" in created.stderr
     assert node.containers_of(sandbox_id) == []
     assert f"{namespace}/malformed/main" not in node.clients()
+    # The same refusal on the API's Pod (the sandbox carried its uid): the agent's Event.
+    rejected = wait_for(
+        "the agent's GPUFractionRejected Event", lambda: node.events(pod, REASON_REJECTED), 20
+    )
+    assert nvidia_key("main", SUFFIX_LIMIT) in rejected[0]["message"]
 
 
 def test_a_container_without_fraction_annotations_is_untouched(node: Node, namespace: str) -> None:
