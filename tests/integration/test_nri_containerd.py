@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from conformance.test_visibility import DECOYS, Placed, env_problems
 from enforcement.agent import rbac
 from enforcement.agent.agent import NRI_PLUGIN_READINESS_PERIOD_S
 from enforcement.agent.environment import CONTRACT_ENV, enforcement_env
@@ -116,8 +117,11 @@ class Node:
         self.agent.kill()
         self.agent = AgentProcess(self.agent.argv, self.agent.env, self.agent.log_path).start()
 
+    def read_node(self) -> dict[str, Any]:
+        return json.loads(self.sandbox.core_v1().read_node(self.name, _preload_content=False).data)
+
     def condition(self) -> dict[str, Any] | None:
-        raw = json.loads(self.sandbox.core_v1().read_node(self.name, _preload_content=False).data)
+        raw = self.read_node()
         return next((c for c in raw["status"].get("conditions") or () if c["type"] == CONDITION_TYPE), None)
 
     def clients(self) -> dict[str, Any]:
@@ -312,11 +316,25 @@ def remove_pods(node: Node) -> Iterator[None]:
 
 def test_a_fractional_container_sees_the_agents_environment_and_mounts(node: Node, namespace: str) -> None:
     pod = node.api_pod(namespace, "fenced", placed(("0",), 512, 1024))
-    own = {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=99999M", "APP": "kept"}
-    container, seen, mounts = node.start(pod, own)
+    # The container sets the conformance check's decoys itself (env-injection): all must be replaced.
+    container, seen, mounts = node.start(pod, {**DECOYS, "APP": "kept"})
     expected = expected_env(node, 512, 1024, node.uuids[:1], "time-slicing")
     # Exactly the agent's table for the contract's keys (the container's own values replaced) ...
     assert {k: seen[k] for k in CONTRACT_ENV if k in seen} == expected
+    # ... which the sandbox's env-injection check accepts, as it would judge a Pod on a real node.
+    placement = Placed(
+        name="fenced",
+        node=node.name,
+        gpus=node.uuids[:1],
+        devices="0",
+        request_mib=512,
+        limit_mib=1024,
+        mode="time-slicing",
+        portion=None,
+        written_request_mib=512,
+        written_limit_mib=1024,
+    )
+    assert env_problems(placement, seen, node.read_node()) == []
     assert seen["APP"] == "kept"
     # Nothing else: the image's and the shell's own variables, the container's, and the agent's.
     shell = {"PATH", "HOSTNAME", "HOME", "SHLVL", "PWD"}
