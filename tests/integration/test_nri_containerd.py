@@ -161,7 +161,10 @@ class Node:
             "annotations": meta.get("annotations") or {},
             "labels": {"io.kubernetes.pod.name": meta["name"]},
             "log_directory": str(logs),
-            "linux": {"security_context": {"namespace_options": {"network": 2}}},
+            "linux": {
+                "cgroup_parent": self.containerd.cgroup_parent,
+                "security_context": {"namespace_options": {"network": 2}},
+            },
         }
         path = logs / "pod.json"
         path.write_text(json.dumps(config))
