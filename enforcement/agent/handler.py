@@ -493,7 +493,7 @@ class AgentCore:
                     continue
                 if tracked.client not in present:
                     self._fence_lost(tracked)
-                else:
+                elif item.pid > 0:  # NRI may not know a pid (0): nothing to track then
                     self.backend.track_process(tracked.client, item.pid)
             if not recover:
                 return
