@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import yaml
 
-from fixtures.checks import FEATURES, PROFILES, REGISTRY, Check
+from fixtures.suite.checks import FEATURES, PROFILES, REGISTRY, Check
 
 PACKAGE_DIR: Final = Path(__file__).resolve().parent
 CATALOG_PATH: Final = PACKAGE_DIR / "catalog.yaml"

@@ -24,6 +24,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "conformance.probe",  # gpuconf probe: node-level checks without Kubernetes
     "reports.cli",  # gpuconf report render|allure|diff: renderings of a recorded run, and diffs
 )
+REPORT_MODULES: tuple[str, ...] = (
+    "conformance.certify",  # gpuconf report bundle|verify|attest: submissions (needs the catalog)
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    if "report" in sub.choices:
+        from reports.cli import subcommands
+
+        for name in REPORT_MODULES:
+            importlib.import_module(name).register_report(subcommands(sub.choices["report"]))
     return parser
 
 

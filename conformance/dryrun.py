@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from fixtures.checks import FEATURES, SUITE_PROFILES, Check, needed_features
-from fixtures.plugin import AGENT_RESTART
+from fixtures.suite.checks import FEATURES, SUITE_PROFILES, Check, needed_features
+from fixtures.suite.session import AGENT_RESTART
 
 POD_MAKERS: Final = frozenset({"scheduled_pod", "placed_pod", "submit"})
 """``Suite`` methods that create a Pod."""
@@ -163,8 +163,9 @@ def items(
     withheld: str = "",
 ) -> list[Item]:
     """Every item a run with these options collects, in the plugin's order, with its skip reason
-    (``withheld``: why agent-restart is not done here, as ``fixtures.plugin.withhold_agent_restart``)."""
-    from fixtures.checks import REQUEST_FORM_PREFERENCE
+    (``withheld``: why agent-restart is not done here, as
+    ``fixtures.suite.session.withhold_agent_restart``)."""
+    from fixtures.suite.checks import REQUEST_FORM_PREFERENCE
 
     preferred = next((f for f in REQUEST_FORM_PREFERENCE if f in supported), None)
     forms = [f.name for f in FEATURES.values() if f.request_form]
@@ -195,14 +196,14 @@ def items(
 def cluster_view(cluster: Any, selector: str) -> dict[str, Any]:
     """What the cluster shows now, read only: its GPU nodes, the Pods holding GPUs, what is left out."""
     from enforcement.contract import gpu_loads
-    from fixtures.cluster import left_out, whole_gpu_holders
+    from fixtures.suite.cluster import left_out, whole_gpu_holders
 
     nodes = cluster.gpu_nodes(selector)
     pods = cluster.unfinished_pods()
     holders = whole_gpu_holders(pods)
     guaranteed = {node for (node, _gpu), load in gpu_loads(pods).items() if load.shares}
     try:
-        from fixtures.leases import NAMESPACE
+        from fixtures.suite.leases import NAMESPACE
 
         cluster.core.read_namespace(NAMESPACE)
         leases_namespace = True

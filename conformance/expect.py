@@ -8,7 +8,9 @@ what it judged in the check's evidence.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping
+from typing import Any, Final
 
 from enforcement.contract import (
     SUFFIX_DEVICES,
@@ -18,12 +20,16 @@ from enforcement.contract import (
     Fraction,
     Violation,
     audit_pod,
+    node_gpu_count,
+    node_gpu_memory_mib,
+    node_gpu_uuids,
     nvidia_key,
     read_placement,
+    read_request,
     resolve_device,
 )
-from fixtures.podwatch import Snapshot
-from fixtures.suite import Suite, fail
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.podwatch import Snapshot
 
 
 def pod_at(snapshot: Snapshot) -> dict[str, Any]:
@@ -84,3 +90,109 @@ def limit_and_mode_present(snapshot: Snapshot, container: str = "main") -> list[
         for k in (nvidia_key(container, SUFFIX_LIMIT), nvidia_key(container, SUFFIX_MODE))
         if k not in snapshot.annotations
     ]
+
+
+PORTION_RESERVE_MAX: Final = 0.05
+"""How far below portion x GPU memory a converted request may lie: the usable memory a scheduler
+converts against may hold back a reserve (for the driver and the CUDA context), up to this share."""
+
+
+def portion_range(memory_mib: int, portion: float) -> tuple[int, int]:
+    """The MiB a portion of a ``memory_mib`` GPU may become: within the documented reserve, never more."""
+    return math.floor(memory_mib * (1 - PORTION_RESERVE_MAX) * portion), math.floor(memory_mib * portion)
+
+
+def asked_request(asked: Mapping[str, str], container: str = "main") -> Any:
+    """What the author asked for (``FractionRequest``), read by the contract module from the annotations
+    the check wrote, as any scheduler reads them."""
+    pod = {"metadata": {"annotations": dict(asked)}, "spec": {"containers": [{"name": container}]}}
+    request, _ = read_request(pod)
+    if request is None:
+        raise RuntimeError(f"the suite wrote no request for container {container!r}: {dict(asked)}")
+    return request
+
+
+def values_must_be_as_asked(
+    suite: Suite, name: str, snapshot: Snapshot, asked: Mapping[str, str], container: str = "main"
+) -> Fraction:
+    """At binding, what the scheduler wrote is what the author asked, converted: the request (the
+    author's MiB, or the portion of the bound GPU's memory within the reserve), the limit (the
+    author's, or the request when the author gave none: never smaller, never larger), the mode (the
+    author's; time-slicing when none) and the devices (the count asked, distinct, on that node)."""
+    placed = placement_must_be_complete(suite, name, snapshot, container)
+    request = asked_request(asked, container)
+    node = suite.cluster.read_node(snapshot.node) or {}
+    memory = node_gpu_memory_mib(node) or suite.node.memory_mib
+    problems: list[str] = []
+
+    def expect_range(what: str, got: int, allowed: tuple[int, int], why: str) -> None:
+        if not allowed[0] <= got <= allowed[1]:
+            span = f"{allowed[0]} MiB" if allowed[0] == allowed[1] else f"{allowed[0]}..{allowed[1]} MiB"
+            problems.append(f"{what} is {got} MiB, but {why}: {span}")
+
+    if request.portion is not None:
+        want_request = portion_range(memory, request.portion)
+        expect_range("the request", placed.request_mib, want_request, f"{request.portion} of {memory} MiB")
+    else:
+        want_request = (request.request_mib, request.request_mib)
+        expect_range("the request", placed.request_mib, want_request, "the author asked for")
+    if request.limit_mib is not None:
+        want_limit = (request.limit_mib, request.limit_mib)
+        expect_range("the limit", placed.limit_mib, want_limit, "the author asked for")
+    elif request.portion_limit is not None:
+        want_limit = portion_range(memory, request.portion_limit)
+        expect_range("the limit", placed.limit_mib, want_limit, f"{request.portion_limit} of {memory} MiB")
+    else:
+        want_limit = (placed.request_mib, placed.request_mib)
+        expect_range("the limit", placed.limit_mib, want_limit, "the author gave none, so it is the request")
+    if placed.mode != request.mode:
+        asked_mode = request.mode if nvidia_key(container, SUFFIX_MODE) in asked else f"none ({request.mode})"
+        problems.append(f"the mode is {placed.mode}, but the author asked for {asked_mode}")
+    devices = [resolve_device(d, node) for d in placed.devices]
+    if len(devices) != request.num_devices or len(set(devices)) != len(devices):
+        problems.append(
+            f"it got {len(devices)} GPU(s) ({len(set(devices))} distinct) but asked for {request.num_devices}"
+        )
+    suite.evidence.pod(
+        name,
+        asked={
+            "requestMiB": request.request_mib,
+            "portion": request.portion,
+            "limitMiB": request.limit_mib,
+            "portionLimit": request.portion_limit,
+            "mode": request.mode,
+            "devices": request.num_devices,
+        },
+        written={
+            "requestMiB": placed.request_mib,
+            "limitMiB": placed.limit_mib,
+            "mode": placed.mode,
+            "devices": list(placed.devices),
+        },
+        gpuMiB=memory,
+    )
+    if problems:
+        raise fail(f"{name} (bound to {snapshot.node}): " + "; ".join(problems))
+    return placed
+
+
+def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, expected: int) -> None:
+    """The container got ``expected`` distinct GPUs, each one of the bound node's."""
+    written = snapshot.annotations.get(nvidia_key("main", SUFFIX_DEVICES), "")
+    gpus = gpus_at_bind(suite, name, snapshot)
+    node = suite.cluster.read_node(snapshot.node) or {}
+    count, uuids = node_gpu_count(node), node_gpu_uuids(node)
+    problems = []
+    if len(gpus) != expected or len(set(gpus)) != len(gpus):
+        problems.append(
+            f"got {len(gpus)} GPU(s) ({len(set(gpus))} distinct: {written}) but asked for {expected}"
+        )
+    for gpu in gpus:
+        is_index = gpu.isdigit()
+        if (is_index and count is not None and int(gpu) >= count) or (
+            not is_index and uuids and gpu not in uuids
+        ):
+            problems.append(f"GPU {gpu} is not one of node {snapshot.node}'s {count} GPUs")
+    suite.evidence.pod(name, devicesWritten=written, nodeGpus=list(uuids) or count)
+    if problems:
+        raise fail(f"{name}: " + "; ".join(problems))

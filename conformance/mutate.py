@@ -1,10 +1,11 @@
 """``gpuconf mutate``: how good is the suite? Run it against every seeded fault and count what it catches.
 
 A conformance suite that passes a broken stack is worse than none. The reference scheduler and the
-reference node agent can each be broken on purpose, one duty at a time (``fixtures/scheduler/faults.py``,
-``enforcement/agent/options.py``); this command judges each broken implementation with the suite and
-reports, per fault, which checks caught it. The score is caught / seeded; a fault that no check
-catches is a finding, named in the output, and the command exits 1.
+reference node agent can each be broken on purpose, one duty at a time
+(``fixtures/sandbox/scheduler/faults.py``, ``enforcement/agent/options.py``); this command judges
+each broken implementation with the suite and reports, per fault, which checks caught it. The score
+is caught / seeded; a fault that no check catches is a finding, named in the output, and the
+command exits 1.
 
 The order of the work follows what each fault can affect, and reuses one sandbox throughout:
 
@@ -46,7 +47,7 @@ from enforcement.agent.options import canonical_fault
 from fixtures.sandbox.config import Ports, SandboxConfig
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.errors import SandboxError
-from fixtures.scheduler.faults import FAULTS as SCHEDULER_FAULTS
+from fixtures.sandbox.scheduler.faults import FAULTS as SCHEDULER_FAULTS
 
 SCORE_PATH: Final = Path(__file__).resolve().parent / "mutation-score.json"
 
@@ -66,6 +67,12 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "leak-completed": ("release-on-completion",),
     "silent-unschedulable": ("unschedulable-reason",),
     "portion-of-wrong-size": ("portion-conversion",),
+    "inflate-request": ("values-as-asked",),
+    "limit-to-gpu": ("values-as-asked",),
+    "default-sm-sharing": ("values-as-asked",),
+    "overcommit-slightly": ("memory-fit",),
+    "leak-failed": ("release-on-completion",),
+    "vague-unschedulable": ("unschedulable-reason",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
 

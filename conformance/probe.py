@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from enforcement.backends import Backend
     from enforcement.contract import Mode
-    from fixtures.checks import Check
+    from fixtures.suite.checks import Check
     from reports.model import RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -223,7 +223,7 @@ class Session:
         return int(self.gpus[0].memory_mib)
 
     def admit(self, annotations: Mapping[str, str], name: str = "") -> tuple[dict[str, Any], Any]:
-        from fixtures import manifests
+        from fixtures.suite import manifests
 
         self._seq += 1
         pod = manifests.pod(
@@ -308,7 +308,7 @@ class Session:
 def _placement(
     request_mib: int, limit_mib: int, devices: Sequence[str] = ("0",), mode: Mode = "time-slicing"
 ) -> dict[str, str]:
-    from fixtures.manifests import placement_annotations
+    from fixtures.suite.manifests import placement_annotations
 
     return placement_annotations("main", request_mib, limit_mib, devices, mode)
 
@@ -612,7 +612,7 @@ class ProbeCheck:
     def declared(self) -> Check:
         import importlib
 
-        from fixtures.checks import REGISTRY
+        from fixtures.suite.checks import REGISTRY
 
         importlib.import_module(f"conformance.{self.module}")
         declared = REGISTRY[self.id]
@@ -827,7 +827,7 @@ def main(args: argparse.Namespace) -> int:
             options.output.parent.mkdir(parents=True, exist_ok=True)
             options.output.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
         if options.report_dir is not None:
-            from reports.model import write_run
+            from reports.records import write_run
 
             write_run(record, options.report_dir)
     except OSError as exc:

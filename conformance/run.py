@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,13 +23,16 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import sonobuoy
-from fixtures.checks import FEATURES, PROFILES, SUITE_PROFILES
-from fixtures.cluster import Cluster, ClusterError, in_cluster
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
+from fixtures.sandbox.scheduler.component import parse_specs
+from fixtures.suite.checks import FEATURES, PROFILES, SUITE_PROFILES
+from fixtures.suite.cluster import Cluster, ClusterError, in_cluster
+from fixtures.suite.invocation import REFERENCE_SCHEDULERS_ENV
 from reports.cli import add_implementation_options, baseline_check, implementation_from
 from reports.model import EXIT_USAGE, load_run
 from reports.render import render_all
+from reports.submitter import SubmitterError
 
 EXIT_INTERRUPTED = 130
 
@@ -61,12 +65,16 @@ def validate(args: argparse.Namespace) -> str | None:
         return f"--timeout-scale {args.timeout_scale}: must be a positive number"
     if args.workers < 1:
         return f"--workers {args.workers}: must be at least 1"
+    try:
+        implementation_from(args)
+    except SubmitterError as exc:
+        return str(exc)
     return None
 
 
 def _default_scheduler(args: argparse.Namespace) -> str:
     """The scheduler the sandbox runs (the first ``--scheduler`` spec), which is the one under test."""
-    from fixtures.scheduler.component import parse_spec
+    from fixtures.sandbox.scheduler.component import parse_spec
 
     specs = schedulers_from_args(args)
     if not specs:
@@ -124,7 +132,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     """``--dry-run``: the plan (``conformance.dryrun``); reads the cluster if there is one, writes nothing."""
     from conformance import dryrun
     from conformance.catalog import load_checks
-    from fixtures.plugin import AGENT_RESTART, WITHHELD_REASON
+    from fixtures.suite.session import AGENT_RESTART, WITHHELD_REASON
 
     problem = validate(args)
     if problem:
@@ -206,6 +214,10 @@ def _run_suite(args: argparse.Namespace) -> int:
             flush=True,
         )
         kubeconfig, target = sandbox.kubeconfig, "gpuconf-sandbox"
+        # The record says whether the scheduler under test is one of gpuconf's (fixtures.suite.invocation).
+        os.environ[REFERENCE_SCHEDULERS_ENV] = ",".join(
+            s.name for s in parse_specs(schedulers_from_args(args))
+        )
     args.report_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("preflight.json", "run.json"):  # an earlier run's, which must not speak for this one
         (args.report_dir / stale).unlink(missing_ok=True)
@@ -234,7 +246,11 @@ def _reports(args: argparse.Namespace) -> int:
     if not run_json.exists():
         return 0
     record = load_run(args.report_dir)
-    written = render_all(record, args.report_dir, implementation=implementation_from(args))
+    impl = implementation_from(args)
+    if impl is not None:  # who submits belongs to the run's record: report bundle and verify read it there
+        record.implementation = impl
+        run_json.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
+    written = render_all(record, args.report_dir, implementation=impl)
     print(f"gpuconf: reports: {', '.join(str(p) for p in written)}")
     if args.baseline is not None and baseline_check(record, args.baseline) == 1:
         return 1

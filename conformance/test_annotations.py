@@ -8,12 +8,15 @@ showed at that resourceVersion.
 
 from __future__ import annotations
 
-import math
-
-from conformance.expect import limit_and_mode_present, placement_must_be_complete
-from enforcement.contract import SUFFIX_REQUEST, nvidia_key
-from fixtures.checks import check
-from fixtures.suite import Suite, fail
+from conformance.expect import (
+    limit_and_mode_present,
+    placement_must_be_complete,
+    portion_range,
+    values_must_be_as_asked,
+)
+from enforcement.contract import SM_SHARING, SUFFIX_REQUEST, TIME_SLICING, nvidia_key
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
 
 
 @check(
@@ -76,9 +79,32 @@ def test_limit_and_mode_at_bind(suite: Suite) -> None:
         )
 
 
-PORTION_RESERVE_MAX = 0.05
-"""How far below portion x GPU memory a converted request may lie: the usable memory a scheduler
-converts against may hold back a reserve (for the driver and the CUDA context), up to this share."""
+@check(
+    id="values-as-asked",
+    level="MUST",
+    statement="What the scheduler writes MUST be what the author asked, converted: the request (the "
+    "author's MiB, or the portion of the bound GPU's memory within the documented 5 % reserve), the "
+    "limit (the author's, or the request when the author gave none: never smaller, never larger), "
+    "the mode (the author's; time-slicing when the author gave none) and the devices (the count "
+    "asked, distinct).",
+    profiles=("scheduler",),
+    seed="000/4",
+    each_form=True,
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_values_as_asked(suite: Suite) -> None:
+    # One Pod with every value written, one with the request alone (the limit and mode defaults),
+    # and, where sm-sharing is supported, one asking for it (on a GPU of its own: modes never mix).
+    asks = {
+        "full": suite.request(share=0.25, limit_share=0.5, mode=TIME_SLICING),
+        "bare": suite.request(share=0.2),
+    }
+    if "sm-sharing" in suite.options.supported_features:
+        asks["shared"] = suite.request(share=0.15, limit_share=0.3, mode=SM_SHARING)
+    names = {what: suite.scheduled_pod(what, asked) for what, asked in asks.items()}
+    for what, name in names.items():
+        snap = suite.must_be_bound(name, f"the node has {suite.node.gpu_count} idle GPUs for 3 small Pods")
+        values_must_be_as_asked(suite, name, snap, asks[what])
 
 
 @check(
@@ -105,8 +131,7 @@ def test_portion_conversion(suite: Suite) -> None:
         ("request", portion, placed.request_mib),
         ("limit", portion_limit, placed.limit_mib),
     ):
-        ceiling = math.floor(memory * share)
-        floor = math.floor(memory * (1 - PORTION_RESERVE_MAX) * share)
+        floor, ceiling = portion_range(memory, share)
         suite.evidence.fact(
             f"{what}MiB", {"written": got, "allowed": [floor, ceiling], "portion": share, "gpuMiB": memory}
         )

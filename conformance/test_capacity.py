@@ -2,28 +2,42 @@
 
 The sizes are shares of the leased node's GPU memory (label ``nvidia.com/gpu.memory``): 0.6 of a GPU
 fits once per GPU and never twice, whatever reserve a scheduler holds back (up to 40 %), so "one
-per GPU" is the only correct packing and any second one on a GPU is an overcommit.
+per GPU" is the only correct packing and any second one on a GPU is an overcommit. Memory fit is
+then judged to the MiB: 0.3 more on each GPU (0.9 fits within the contract's 5 % reserve), and a
+last Pod that would take any GPU's guarantees half a percent past its memory must stay unplaced.
 """
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from enforcement.contract import audit_gpus
-from fixtures.checks import Needs, check
-from fixtures.manifests import RequestForm
-from fixtures.suite import Suite, fail
-from fixtures.waiting import WaitTimeout, wait_until
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.manifests import RequestForm
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 FILL = 0.6
+TOP_UP = 0.3
+"""0.6 + 0.3 of a GPU: within the usable memory of any scheduler holding back the documented 5 %."""
+OVER_BY = 0.005
+"""How far past a GPU's memory the last Pod of memory-fit would take its guarantees: half a percent."""
 
 
-def _fill(suite: Suite, prefix: str, plan_seconds: float | None = None) -> list[str]:
+def _plan(seconds: float, fails: bool = False) -> dict[str, object]:
+    """Hold ``seconds``, then end Succeeded, or (``fails``) Failed: it then asks for more memory
+    than any GPU has, which fails with out-of-memory on every device, real or simulated."""
+    steps: list[dict[str, object]] = [{"op": "hold", "seconds": seconds}]
+    if fails:
+        steps.append({"op": "alloc", "bytes": "1Pi"})
+    return {"name": "fails" if fails else "brief", "steps": steps}
+
+
+def _fill(suite: Suite, prefix: str, plan: dict[str, object] | None = None) -> list[str]:
     """One Pod of 0.6 of a GPU per GPU of the leased node, each bound (a failure otherwise)."""
     names = []
-    plan = None
-    if plan_seconds is not None:
-        plan = {"name": "brief", "steps": [{"op": "hold", "seconds": plan_seconds}]}
     for i in range(suite.node.gpu_count):
         names.append(
             suite.scheduled_pod(f"{prefix}-{i}", suite.request(share=FILL), [suite.workload(plan=plan)])
@@ -63,6 +77,31 @@ def test_memory_fit(suite: Suite) -> None:
     finally:
         gpus_must_not_be_overcommitted(suite)
     suite.evidence.pod(extra, pending=suite.unschedulable(extra))
+    # To the MiB: top every GPU up to 0.9 (several Pods, not one large share), then ask for just
+    # over what is left: whichever GPU took it would hold half a percent more than its memory.
+    memory = suite.node.memory_mib
+    fill_mib, top_mib = math.floor(memory * FILL), math.floor(memory * TOP_UP)
+    tops = [
+        suite.scheduled_pod(f"top-{i}", suite.request(request_mib=top_mib))
+        for i in range(suite.node.gpu_count)
+    ]
+    for name in tops:
+        suite.must_be_bound(name, f"0.6 + 0.3 of a {memory} MiB GPU fits within the contract's 5 % reserve")
+    over_mib = memory - fill_mib - top_mib + math.ceil(memory * OVER_BY)
+    last = suite.scheduled_pod("just-over", suite.request(request_mib=over_mib))
+    suite.evidence.fact(
+        "toTheMiB",
+        {
+            "gpuMiB": memory,
+            "heldMiB": fill_mib + top_mib,
+            "askedMiB": over_mib,
+            "overByMiB": fill_mib + top_mib + over_mib - memory,
+        },
+    )
+    try:
+        suite.must_stay_unbound(last)
+    finally:
+        gpus_must_not_be_overcommitted(suite)
 
 
 @check(
@@ -75,17 +114,32 @@ def test_memory_fit(suite: Suite) -> None:
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
 def test_release_on_completion(suite: Suite) -> None:
-    first = _fill(suite, "first", plan_seconds=0.5)
-    for name in first:
-        suite.wait_finished(name)
-    # The finished Pods stay (phase Succeeded): their guarantees must be free without anyone deleting them.
-    second = [suite.scheduled_pod(f"second-{i}", suite.request(share=FILL)) for i in range(len(first))]
-    for name in second:
-        suite.must_be_bound(name, f"the Pods that held those GPUs finished ({', '.join(first)})")
+    # The finished Pods stay (their phase set): their guarantees must be free without anyone deleting them.
+    succeeded = _fill(suite, "succeeds", _plan(0.5))
+    failed = _refill(suite, "fails", succeeded, "Succeeded", _plan(0.5, fails=True))
+    _refill(suite, "after", failed, "Failed")
+
+
+def _refill(
+    suite: Suite, prefix: str, before: list[str], phase: str, plan: dict[str, object] | None = None
+) -> list[str]:
+    """Once ``before`` ended ``phase``, as many Pods of the same size must be bound on the same GPUs."""
+    for name in before:
+        ended = (suite.wait_finished(name).get("status") or {}).get("phase")
+        if ended != phase:
+            raise RuntimeError(f"{name} ended {ended}, not {phase}: the check's workload plan is wrong")
+    names = [
+        suite.scheduled_pod(f"{prefix}-{i}", suite.request(share=FILL), [suite.workload(plan=plan)])
+        for i in range(len(before))
+    ]
+    for name in names:
+        suite.must_be_bound(name, f"the Pods that held those GPUs ended {phase} ({', '.join(before)})")
     gpus_must_not_be_overcommitted(suite)
+    return names
 
 
-ACTIONABLE_WORDS = ("memory", "mib", "gib", "gpu")
+MEMORY_WORDS = ("memory", "mib", "gib", "mi ", "gi ", "bytes")
+"""A reason that names GPU memory says one of these (a reason that only says "GPU" does not)."""
 
 
 @check(
@@ -93,7 +147,7 @@ ACTIONABLE_WORDS = ("memory", "mib", "gib", "gpu")
     level="SHOULD",
     statement="A request no GPU can hold SHOULD stay Pending with PodScheduled=False and a "
     "message a person can "
-    "act on (it names the memory or the GPUs that are short).",
+    "act on: it names the GPU memory that is short.",
     profiles=("scheduler",),
     seed="000/4",
 )
@@ -122,5 +176,8 @@ def test_unschedulable_reason(suite: Suite) -> None:
             + (f"; Events: {events[-1].get('message')}" if events else " and no Warning Event")
         ) from None
     suite.evidence.pod(impossible, unschedulable={"reason": why, "message": message})
-    if not message.strip() or not any(w in message.lower() for w in ACTIONABLE_WORDS):
-        raise fail(f"{impossible} is Pending ({why}) but its message does not say what is short: {message!r}")
+    if not any(w in f"{message.lower()} " for w in MEMORY_WORDS):
+        raise fail(
+            f"{impossible} is Pending ({why}) but its message does not name the GPU memory that is short: "
+            f"{message!r}"
+        )

@@ -24,10 +24,10 @@ from typing import Any, Final
 
 from enforcement.agent.environment import ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
-from fixtures.checks import Needs, check
-from fixtures.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
-from fixtures.suite import Suite, fail
-from fixtures.waiting import WaitTimeout, wait_until
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 SHARE: Final = 0.3
 PORTION: Final = 0.5

@@ -20,9 +20,9 @@ import time
 from typing import Any, Final
 
 from enforcement.contract import SM_SHARING, TIME_SLICING
-from fixtures.checks import Needs, check
-from fixtures.scenario import Outcome, Stage, mib, plan
-from fixtures.suite import CheckFailed, Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import CheckFailed, Suite, fail
+from fixtures.suite.scenario import Outcome, Stage, mib, plan
 
 MIB: Final = 1 << 20
 SHARE_WITH_MODES: Final = 0.1

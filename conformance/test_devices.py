@@ -9,32 +9,10 @@ from __future__ import annotations
 
 from kubernetes.client.rest import ApiException
 
-from conformance.expect import gpus_at_bind, placement_must_be_complete
-from enforcement.contract import SUFFIX_DEVICES, node_gpu_count, node_gpu_uuids, nvidia_key
-from fixtures.checks import Needs, check
-from fixtures.podwatch import Snapshot
-from fixtures.suite import Suite, fail
-
-
-def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, expected: int) -> None:
-    written = snapshot.annotations.get(nvidia_key("main", SUFFIX_DEVICES), "")
-    gpus = gpus_at_bind(suite, name, snapshot)
-    node = suite.cluster.read_node(snapshot.node) or {}
-    count, uuids = node_gpu_count(node), node_gpu_uuids(node)
-    problems = []
-    if len(gpus) != expected or len(set(gpus)) != len(gpus):
-        problems.append(
-            f"got {len(gpus)} GPU(s) ({len(set(gpus))} distinct: {written}) but asked for {expected}"
-        )
-    for gpu in gpus:
-        is_index = gpu.isdigit()
-        if (is_index and count is not None and int(gpu) >= count) or (
-            not is_index and uuids and gpu not in uuids
-        ):
-            problems.append(f"GPU {gpu} is not one of node {snapshot.node}'s {count} GPUs")
-    suite.evidence.pod(name, devicesWritten=written, nodeGpus=list(uuids) or count)
-    if problems:
-        raise fail(f"{name}: " + "; ".join(problems))
+from conformance.expect import devices_must_be_on_the_node, gpus_at_bind, placement_must_be_complete
+from enforcement.contract import SUFFIX_DEVICES, nvidia_key
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
 
 
 @check(

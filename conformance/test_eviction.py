@@ -7,7 +7,7 @@ neighbour gets its guarantee. Without pressure nobody is evicted, and a containe
 request is never evicted, however hard the pressure.
 
 The scenarios share their sizes (shares of one GPU, each above 0.2 so that they stay side by side
-through a scheduler, see ``fixtures.scenario``): a borrower asks for 0.25 and may grow to 0.9,
+through a scheduler, see ``fixtures.suite.scenario``): a borrower asks for 0.25 and may grow to 0.9,
 and takes all the idle memory; a guaranteed neighbour then asks for memory only an eviction can
 free. A guaranteed workload retries its allocation while it is refused under pressure (the
 simulated device refuses rather than blocks; on a real GPU the allocation waits or fails), for at
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from fixtures.checks import Needs, check
-from fixtures.scenario import Outcome, Stage, mib, plan, require
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import Outcome, Stage, mib, plan, require
 
 MIB: Final = 1 << 20
 PRESSURE_WAIT_S: Final = 10.0

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from enforcement.contract import SUFFIX_DEVICES, SUFFIX_LIMIT, SUFFIX_MODE, SUFFIX_REQUEST, nvidia_key
-from fixtures.checks import Needs, check
-from fixtures.manifests import placement_annotations
-from fixtures.scenario import CONTAINER, Stage, plan
-from fixtures.suite import Suite, fail
-from fixtures.waiting import WaitTimeout, wait_until
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.manifests import placement_annotations
+from fixtures.suite.scenario import CONTAINER, Stage, plan
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 EXPLAIN_S: Final = 15.0
 """How long the node has to say why it refuses (the reference agent: well under a second)."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from fixtures.checks import Needs, check
-from fixtures.scenario import NotJudged, Stage, mib, plan, require
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import NotJudged, Stage, mib, plan, require
 
 MIB: Final = 1 << 20
 GRANULARITY_MIB: Final = 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from conformance.expect import gpus_at_bind
 from enforcement.contract import SM_SHARING, TIME_SLICING
-from fixtures.checks import Needs, check
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
 
 
 def modes_must_not_mix(suite: Suite) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from fixtures.checks import Needs, check
-from fixtures.cluster import CONDITION_FRACTIONING_READY, HOSTNAME_LABEL, LABEL_SIMULATED, GpuNode
-from fixtures.suite import LABEL_RUN, LABEL_SUITE, Suite
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.cluster import CONDITION_FRACTIONING_READY, HOSTNAME_LABEL, LABEL_SIMULATED, GpuNode
+from fixtures.suite.frame import LABEL_RUN, LABEL_SUITE, Suite
 
 
 def _not_ready_nodes(suite: Suite) -> list[GpuNode]:

@@ -2,7 +2,7 @@
 
 docs/contract.md §8 (seed 000's rollout path: "check ... recovery after the node agent restarts").
 An agent is restarted for every upgrade; it must not take its workloads' limits with it. With
-workloads running, the check restarts the agent of its leased node (``fixtures.agentcontrol``: the
+workloads running, the check restarts the agent of its leased node (``fixtures.suite.agentcontrol``: the
 agent's Pod is deleted and its DaemonSet brings it back, or, for an agent run as a local process,
 the restart hook its Node announces), and then:
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from fixtures.agentcontrol import restart_agent
-from fixtures.checks import Needs, check
-from fixtures.scenario import Stage, mib, plan, require
-from fixtures.suite import Suite, fail
+from fixtures.suite.agentcontrol import restart_agent
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import Stage, mib, plan, require
 
 MIB: Final = 1 << 20
 BEAT_S: Final = 0.1

@@ -17,10 +17,10 @@ import time
 from typing import Final
 
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
-from fixtures.checks import Needs, check
-from fixtures.scenario import Stage, mib, plan, require
-from fixtures.suite import Suite, fail
-from fixtures.waiting import WaitTimeout
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import Stage, mib, plan, require
+from fixtures.suite.waiting import WaitTimeout
 
 SHARE: Final = 0.6
 ENDED: Final = {"exits": "exited", "dies": "died"}

@@ -27,9 +27,9 @@ from enforcement.agent.environment import (
     ENV_VISIBLE_DEVICES,
 )
 from enforcement.contract import resolve_device
-from fixtures.checks import Needs, check
-from fixtures.scenario import Placed, Stage, plan, require
-from fixtures.suite import Suite, fail
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.scenario import Placed, Stage, plan, require
 
 SHARE: Final = 0.25
 LIMIT_SHARE: Final = 0.3

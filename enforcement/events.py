@@ -46,7 +46,7 @@ Log = Callable[[str], None]
 
 
 class PodIdentity(Protocol):
-    """The Pod an Event is about (``fixtures.scheduler.recorder.PodRef`` is one)."""
+    """The Pod an Event is about (``fixtures.sandbox.scheduler.recorder.PodRef`` is one)."""
 
     @property
     def namespace(self) -> str: ...

@@ -36,7 +36,7 @@ from allure_commons.model2 import (
 )
 
 from reports import figures, plots
-from reports.environment import describe
+from reports.environment import complete, describe
 from reports.model import CheckResult, RunRecord
 
 STATUS: Final = {
@@ -161,7 +161,7 @@ def write_results(record: RunRecord, directory: Path) -> Path:
         test = test_result(record, r)
         _attachments(logger, test, record, r)
         logger.report_result(test)
-    env = describe(record.environment_view())
+    env = describe(complete(record))
     lines = [f"{_key(label)}={value}" for label, value in env]
     lines += [f"Run={record.run_id}", f"Mode={record.mode}", f"gpuconf={record.gpuconf_version}"]
     (directory / "environment.properties").write_text("\n".join(lines) + "\n")

@@ -2,12 +2,16 @@
 
 - ``gpuconf report render RUN_DIR --format yaml|html|junit|allure|text|all`` writes the chosen
   renderings into RUN_DIR (or ``--output``); ``text`` prints the terminal summary. The
-  ConformanceReport needs ``--organization``, ``--project``, ``--url``, ``--version`` and
-  ``--contact`` to be a submission.
+  ConformanceReport needs who submits it (``--submitter FILE``, or ``--organization``,
+  ``--project``, ``--url``, ``--version`` and ``--contact``) to be a submission.
 - ``gpuconf report allure RUN_DIR`` writes ``allure-results/`` and builds ``allure-report/`` with
   the Allure 3 command line, or says how to install it (exit 2).
 - ``gpuconf report diff BEFORE AFTER`` lists regressions, recoveries, new skips and moved figures;
-  exit 1 on a regression.
+  exit 1 on a regression. Either side: a run folder, a ``run.json``, a ConformanceReport YAML or a
+  submission bundle.
+- ``bundle``, ``verify`` and ``attest`` (submissions) are ``conformance.certify``'s: they judge
+  completeness against the catalog, which lives above this part; ``subcommands`` hands them this
+  command's subparsers.
 
 Exit codes: 0 done (diff: no regression), 1 a regression (diff), 2 unreadable input or a missing
 tool.
@@ -18,10 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from reports import diff as diff_module
+from reports import submitter
 from reports.model import Implementation, RunRecord
 from reports.render import FORMATS, render
 from reports.terminal import summary
@@ -38,12 +44,18 @@ def _load(path: Path) -> RunRecord | None:
 
 
 def implementation_from(args: argparse.Namespace) -> Implementation | None:
-    given = Implementation(
-        organization=args.organization or "",
-        project=args.project or "",
-        url=args.url or "",
-        version=args.impl_version or "",
-        contact=[c.strip() for value in args.contact or [] for c in value.split(",") if c.strip()],
+    """Who submits: the submitter file (``--submitter``), with any of the single options over it.
+    Raises ``SubmitterError`` for a file that cannot be read or breaks its schema."""
+    path = getattr(args, "submitter", None)
+    base = submitter.load(path) if path else Implementation()
+    contact = [c.strip() for value in args.contact or [] for c in value.split(",") if c.strip()]
+    given = replace(
+        base,
+        organization=args.organization or base.organization,
+        project=args.project or base.project,
+        url=args.url or base.url,
+        version=args.impl_version or base.version,
+        contact=contact or base.contact,
     )
     return given if given != Implementation() else None
 
@@ -53,7 +65,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     if record is None:
         return EXIT_INPUT
     out = args.output or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent)
-    impl = implementation_from(args)
+    try:
+        impl = implementation_from(args)
+    except submitter.SubmitterError as exc:
+        print(f"gpuconf report: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     chosen = FORMATS if args.format == "all" else () if args.format == "text" else (args.format,)
     if args.format in ("text", "all"):
         sys.stdout.write(summary(record))
@@ -119,6 +135,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def add_implementation_options(parser: argparse.ArgumentParser) -> None:
     """Who submits the ConformanceReport (also used by ``gpuconf run``)."""
     group = parser.add_argument_group("implementation (required for a ConformanceReport submission)")
+    group.add_argument(
+        "--submitter",
+        type=Path,
+        metavar="FILE",
+        help="who submits which product version, as YAML: organization, project, url, version, contact, "
+        "type, repository, documentation (the options below override its values)",
+    )
     group.add_argument("--organization", help="the organization that makes the implementation")
     group.add_argument("--project", help="the implementation's project name")
     group.add_argument("--url", help="the implementation's home page")
@@ -130,12 +153,13 @@ def register(subparsers: Any) -> None:
     """Add ``report`` (render, allure, diff) to the ``gpuconf`` command line."""
     report = subparsers.add_parser(
         "report",
-        help="render a recorded run (YAML, HTML, JUnit, Allure), or compare two runs",
-        description="Render a recorded run (a report directory with run.json), build its Allure site, or "
-        "compare two runs before and after an upgrade.",
+        help="render a recorded run, compare two runs, bundle and verify a submission",
+        description="Render a recorded run (a report directory with run.json), build its Allure site, "
+        "compare two runs before and after an upgrade, or bundle, verify and attest a submission.",
     )
     sub = report.add_subparsers(dest="report_command", metavar="SUBCOMMAND")
     sub.required = True
+    report.set_defaults(report_subcommands=sub)
 
     render_p = sub.add_parser(
         "render", help="write the run's renderings", description=__doc__.split("\n\n")[0]
@@ -168,6 +192,11 @@ def register(subparsers: Any) -> None:
     )
     diff_p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     diff_p.set_defaults(func=cmd_diff)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> Any:
+    """``gpuconf report``'s subcommands, for the parts above that add their own (``bundle``, ``verify``)."""
+    return parser.get_default("report_subcommands")
 
 
 def baseline_check(record: RunRecord, baseline: Path, tolerance: float = diff_module.TOLERANCE) -> int:

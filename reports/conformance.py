@@ -1,14 +1,27 @@
 """The ConformanceReport: what a vendor submits as evidence, shaped like Gateway API's.
 
-``apiVersion: gpuconf.io/v1alpha1``, ``kind: ConformanceReport``; who submits (``implementation``:
-organization, project, url, version, contact, given as options and required for a submission),
-when (``date``), with which gpuconf (``gpuconfVersion``) and how the implementation was reached
-(``mode``: sandbox, cluster or probe), the cluster it ran on, and per profile its result
-(``success``, ``partial``, ``failure``; ``reports.verdicts``), statistics, the failed, skipped and
-errored checks, and the supported and unsupported features; and, when the suite's version has a
-mutation score (``reports.validation``), how good the suite is (``suiteValidation``: the seeded
-faults it caught, when that was measured, and those it did not catch). The schema is
-``reports/schema/conformance-report.schema.json``.
+``apiVersion: gpuconf.io/v1alpha2``, ``kind: ConformanceReport`` (``v1alpha1``, the first
+release's, is still read and validated against its own schema). It says:
+
+- who submits which product version (``implementation``: organization, project, url, version,
+  contact, type, repository and documentation URLs; the submitter file, ``--submitter FILE``);
+- when, with which suite (``suite``: version, commit, whether its tree was modified, digests of
+  the distribution, the catalog and the mutation score) and how the run was started
+  (``invocation``: the redacted command line, profiles, request forms and features with their
+  source, every filter, preflight, timeout scale, workers, interrupted);
+- on what (``target``: sandbox, cluster or probe, the first release's ``mode``; ``cluster`` with
+  ``components``: scheduler, node agent and workload image by digest, which are gpuconf's
+  reference ones, per node its versions with its name hashed);
+- the ``level`` (``reports.levels``): conformant, partial (with what was not judged) or not
+  conformant, and whether it is sandbox-verified or judged gpuconf's reference components;
+- per profile the result over its MUST checks (``success``, ``partial``, ``failure``;
+  ``reports.verdicts``), MUST and SHOULD statistics apart, and **every** check with its outcome
+  and the digest of its evidence (``reports.digests``);
+- the digests of ``run.json``, ``junit.xml`` and the evidence archive beside it (``evidence``);
+- and how good the suite is (``suiteValidation``: the mutation score of its version).
+
+The schemas are ``reports/schema/conformance-report.<apiVersion>.schema.json``
+(``conformance-report.schema.json`` is ``v1alpha1``'s).
 """
 
 from __future__ import annotations
@@ -22,23 +35,30 @@ from typing import Any, Final
 
 import yaml
 
-from reports.model import OUTCOMES, SCHEMA, Implementation, RunRecord
+from reports.digests import check_digests, file_digests
+from reports.environment import complete
+from reports.levels import level_of
+from reports.model import OUTCOMES, SCHEMA, SCHEMA_V1ALPHA1, Implementation, RunRecord
 from reports.validation import validation
 from reports.verdicts import profile_results, supported_features
 
 KIND: Final = "ConformanceReport"
-SCHEMA_FILE: Final = "conformance-report.schema.json"
+SCHEMA_FILES: Final = {
+    SCHEMA_V1ALPHA1: "conformance-report.schema.json",
+    SCHEMA: "conformance-report.v1alpha2.schema.json",
+}
+SCHEMA_FILE: Final = SCHEMA_FILES[SCHEMA]
 
 
-def schema() -> dict[str, Any]:
-    """The ConformanceReport's JSON Schema (draft 2020-12)."""
-    text = resources.files("reports").joinpath("schema", SCHEMA_FILE).read_text()
+def schema(api_version: str = SCHEMA) -> dict[str, Any]:
+    """The ConformanceReport's JSON Schema (draft 2020-12) for ``api_version``; raises ``KeyError``."""
+    text = resources.files("reports").joinpath("schema", SCHEMA_FILES[api_version]).read_text()
     data: dict[str, Any] = json.loads(text)
     return data
 
 
 def _cluster(record: RunRecord) -> dict[str, Any]:
-    env = record.environment_view()
+    env = complete(record)
     return {
         "kubernetesVersion": env.kubernetes_version,
         "scheduler": {"name": env.scheduler_name, "version": env.scheduler_version},
@@ -52,6 +72,7 @@ def _cluster(record: RunRecord) -> dict[str, Any]:
             "cudaVersion": env.cuda_version,
         },
         "nodes": len(env.nodes),
+        "components": record.components,
     }
 
 
@@ -59,6 +80,7 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
     """The ConformanceReport as plain data (``implementation`` overrides the record's)."""
     impl = implementation or record.implementation
     supported, unsupported = supported_features(record)
+    digests = check_digests(record)
     profiles = []
     for p in profile_results(record):
         profiles.append(
@@ -67,6 +89,20 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                 "result": p.result,
                 "summary": p.summary(),
                 "statistics": {o: p.counts[o] for o in OUTCOMES},
+                "statisticsByLevel": {
+                    level: {o: counts[o] for o in OUTCOMES} for level, counts in p.by_level.items()
+                },
+                "checks": [
+                    {
+                        "name": r.key,
+                        "id": r.id,
+                        "level": r.level,
+                        "outcome": r.outcome,
+                        **({"reason": r.reason} if r.reason else {}),
+                        "evidence": digests[r.key],
+                    }
+                    for r in p.results
+                ],
                 "failedChecks": p.keys("failed"),
                 "skippedChecks": [
                     {"name": r.key, "reason": r.reason} for r in p.results if r.outcome == "skipped"
@@ -82,13 +118,17 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
         "implementation": asdict(impl),
         "date": datetime.fromtimestamp(record.started, UTC).isoformat(timespec="seconds"),
         "gpuconfVersion": record.gpuconf_version,
-        "mode": record.mode,
+        "target": record.target_kind,
         "runId": record.run_id,
         "durationSeconds": round(record.finished - record.started, 1),
+        "level": level_of(record).as_dict(),
+        "suite": record.suite,
+        "invocation": {**record.invocation, "interrupted": record.interrupted},
         "cluster": _cluster(record),
         "supportedFeatures": supported,
         "unsupportedFeatures": unsupported,
         "profiles": profiles,
+        "evidence": file_digests(record),
     }
     suite = validation(record)
     if suite is not None:
@@ -108,7 +148,7 @@ def render_yaml(record: RunRecord, implementation: Implementation | None = None)
         head = (
             "# Not yet a submission: give "
             + ", ".join(f"--{name}" for name in impl.missing())
-            + " (gpuconf report render RUN_DIR --format yaml ...)\n"
+            + " or --submitter FILE (gpuconf report render RUN_DIR --format yaml ...)\n"
         )
     body = yaml.safe_dump(report(record, impl), sort_keys=False, allow_unicode=True, width=110)
     return head + body
@@ -120,10 +160,14 @@ def write_yaml(record: RunRecord, path: Path, implementation: Implementation | N
 
 
 def validate(data: dict[str, Any]) -> list[str]:
-    """Schema errors of a ConformanceReport, one line each (empty: valid). Needs ``jsonschema``."""
+    """Schema errors of a ConformanceReport for its ``apiVersion``, one line each (empty: valid).
+    Needs ``jsonschema``."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    version = data.get("apiVersion") if isinstance(data, dict) else None
+    if version not in SCHEMA_FILES:
+        return [f"apiVersion: {version!r} is none of {', '.join(SCHEMA_FILES)}"]
+    validator = jsonschema.Draft202012Validator(schema(str(version)))
     return [
         f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
         for e in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))

@@ -1,5 +1,10 @@
 """``gpuconf report diff BEFORE AFTER``: what an upgrade changed, from two recorded runs.
 
+Either side may be a run folder, a ``run.json``, a ConformanceReport YAML (``v1alpha2`` lists
+every check; ``v1alpha1`` only the failed, skipped and errored ones, so a check it does not list
+counts as passed) or a submission bundle (its folder, or the folder it lies under), in any pair:
+a challenger re-runs the suite and compares the re-run with a submitted bundle check by check.
+
 Run the suite before the upgrade, upgrade, run it after, and compare: checks that **regressed**
 (passed before, failed or errored after), **recovered** (the other way), were **newly skipped**,
 appeared or disappeared; and figures (``reports.figures``: eviction time, boundary precision,
@@ -9,12 +14,24 @@ regressed or a figure that got worse beyond the tolerance; ``exit_code`` is then
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+import yaml
 
 from reports.figures import figures_of
-from reports.model import RunRecord, load_run
+from reports.model import (
+    OUTCOMES,
+    SCHEMA_V1ALPHA1,
+    CheckResult,
+    Outcome,
+    RunRecord,
+    load_run,
+    record_from_dict,
+)
 
 TOLERANCE: Final = 0.2
 """A figure moved when it changed by more than this share of its earlier value."""
@@ -23,6 +40,8 @@ ABSOLUTE_FLOOR: Final = 1e-3
 HIGHER_IS_BETTER: Final = ("throughput.", "density.", "overlap.sm-sharing")
 """Figure names (prefixes) that are better when larger; every other figure is better when smaller."""
 BAD: Final = ("failed", "error")
+LISTED: Final = "listedOutcomes"
+"""``RunRecord.options`` key of a record read from a report that lists only some outcomes (v1alpha1)."""
 
 
 @dataclass
@@ -79,10 +98,21 @@ def _worse(name: str, before: float, after: float) -> bool:
     return after < before if better_up else after > before
 
 
+def _unlisted_as_passed(record: RunRecord, keys: set[str]) -> dict[str, CheckResult]:
+    """The record's results by key, with the checks a partial listing left out counted as passed."""
+    out = {r.key: r for r in record.results}
+    if record.options.get(LISTED):
+        for key in keys - set(out):
+            profile, _, rest = key.partition("/")
+            out[key] = CheckResult(key, rest.split("[")[0], profile, "", "", "", "", "passed")
+    return out
+
+
 def diff(before: RunRecord, after: RunRecord, tolerance: float = TOLERANCE) -> Diff:
     out = Diff()
-    old = {r.key: r for r in before.results}
-    new = {r.key: r for r in after.results}
+    keys = {r.key for r in before.results} | {r.key for r in after.results}
+    old = _unlisted_as_passed(before, keys)
+    new = _unlisted_as_passed(after, keys)
     for key, b in new.items():
         a = old.get(key)
         if a is None:
@@ -105,7 +135,77 @@ def diff(before: RunRecord, after: RunRecord, tolerance: float = TOLERANCE) -> D
 
 
 def load(path: Path) -> RunRecord:
-    """A run to compare: its directory or its ``run.json``."""
-    if not (path / "run.json").is_file() and not path.is_file():
-        raise FileNotFoundError(f"{path}: not a run directory (no run.json) nor a run.json")
-    return load_run(path)
+    """A run to compare: a run folder, a ``run.json``, a ConformanceReport YAML, or a bundle."""
+    if path.is_dir():
+        if (path / "run.json").is_file():
+            return load_run(path)
+        if (path / "report.yaml").is_file():
+            return load(path / "report.yaml")
+        found = sorted(path.glob("*/*/*/run.json"))
+        if len(found) == 1:
+            return load_run(found[0])
+        raise FileNotFoundError(
+            f"{path}: not a run folder (no run.json), nor a submission bundle"
+            + (f" ({len(found)} submissions below it: name one)" if found else "")
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: neither JSON nor YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a gpuconf run or ConformanceReport (no object at the top)")
+    if data.get("kind") == "ConformanceReport":
+        return from_report(data, path.parent)
+    if "results" not in data:
+        raise ValueError(f"{path}: neither a run.json (ConformanceRun) nor a ConformanceReport")
+    return record_from_dict(data, directory=path.parent)
+
+
+def from_report(data: dict[str, Any], directory: Path | None = None) -> RunRecord:
+    """A record with the checks a ConformanceReport lists (no evidence: figures are not compared)."""
+    results = []
+    partial = data.get("apiVersion") == SCHEMA_V1ALPHA1
+    for profile in data.get("profiles") or []:
+        name = str(profile.get("name") or "")
+
+        def result(
+            key: str, outcome: str, reason: str = "", level: str = "", check_id: str = ""
+        ) -> CheckResult:
+            check = check_id or key.split("/", 1)[-1].split("[")[0]
+            kept: Outcome = outcome if outcome in OUTCOMES else "error"
+            return CheckResult(key, check, name, "", level, "", "", kept, reason)  # noqa: B023
+
+        if partial:
+            results += [result(str(k), "failed") for k in profile.get("failedChecks") or []]
+            results += [result(str(k), "error") for k in profile.get("erroredChecks") or []]
+            results += [
+                result(str(s.get("name")), "skipped", str(s.get("reason") or ""))
+                for s in profile.get("skippedChecks") or []
+            ]
+        else:
+            results += [
+                result(
+                    str(c["name"]),
+                    str(c["outcome"]),
+                    str(c.get("reason") or ""),
+                    str(c.get("level") or ""),
+                    str(c.get("id") or ""),
+                )
+                for c in profile.get("checks") or []
+            ]
+    started = datetime.fromisoformat(str(data.get("date") or "1970-01-01T00:00:00+00:00")).timestamp()
+    return RunRecord(
+        run_id=str(data.get("runId") or ""),
+        started=started,
+        finished=started + float(data.get("durationSeconds") or 0),
+        target={},
+        options={LISTED: ["failed", "skipped", "error"]} if partial else {},
+        results=results,
+        directory=directory,
+    )

@@ -1,7 +1,7 @@
 """What the reports read out of a check's evidence: boundaries, borrowing, evictions, modes, density.
 
 A check leaves its evidence as ``Evidence.summary()`` (``facts``, ``pods``, ``workloads``, ``notes``,
-``files``; fixtures/evidence.py). The renderings and ``gpuconf report diff`` read the measurements
+``files``; fixtures/suite/evidence.py). The renderings and ``gpuconf report diff`` read the measurements
 below from it. Each has one preferred shape, a ``facts`` entry a check writes on purpose, and is
 otherwise derived from what the check recorded anyway (workload results, the probe's evidence):
 

@@ -21,7 +21,8 @@ import jinja2
 import markupsafe
 
 from reports import checklist, figures, plots, timeline, validation
-from reports.environment import describe
+from reports.environment import complete, describe
+from reports.levels import level_of
 from reports.model import CheckResult, Implementation, RunRecord
 from reports.verdicts import profile_results, supported_features
 
@@ -174,9 +175,10 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "date": datetime.fromtimestamp(record.started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "duration": round(record.finished - record.started, 1),
         "implementation": impl,
-        "environment": describe(record.environment_view()) + left_out_rows(record),
+        "environment": describe(complete(record)) + left_out_rows(record),
         "profiles": profile_results(record),
         "verdict": record.verdict_line(),
+        "level": level_of(record),
         "exit_code": record.exit_code(),
         "supported": supported,
         "unsupported": unsupported,

@@ -13,6 +13,7 @@ testsuite with one testcase per object checked (``conformance.lint``), through t
 
 from __future__ import annotations
 
+import io
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -104,6 +105,13 @@ def to_text(root: ET.Element) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def junit_bytes(record: RunRecord) -> bytes:
+    """The run's ``junit.xml``, exactly as ``write_junit`` writes it."""
+    out = io.BytesIO()
+    junit_tree(record).write(out, encoding="utf-8", xml_declaration=True)
+    return out.getvalue()
+
+
 def write_junit(record: RunRecord, path: Path) -> Path:
-    junit_tree(record).write(path, encoding="utf-8", xml_declaration=True)
+    path.write_bytes(junit_bytes(record))
     return path

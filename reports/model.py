@@ -1,4 +1,7 @@
-"""The result model: one run (or one probe) as plain data, and the files every run writes.
+"""The result model: one run (or one probe) as plain data.
+
+The model imports no other ``reports`` module (an import-linter contract keeps it so): the
+renderings import the model, never the other way; the files a run writes are ``reports.records``.
 
 Everything that shows a result (the terminal lines and summary, the per-check JSON, JUnit, and the
 renderings that build on them) reads these values; nothing renders from pytest's own reports. The
@@ -8,8 +11,10 @@ What else the model holds, beside each check's result: the implementation under 
 saw it (``Environment``: scheduler, node agent and backend, GPUs, driver, CUDA and Kubernetes
 versions where the nodes say), the catalog's profiles and features (``Catalog``), who submits
 the report (``Implementation``, given as options; required only for a ConformanceReport meant as a
-submission), and how good the suite that made the run is (``suite_validation``: the mutation score
-of its version, ``reports.validation``). Every field added after the first release has a default,
+submission), how good the suite that made the run is (``suite_validation``: the mutation score
+of its version, ``reports.validation``), and, since ``v1alpha2``, what exactly ran, by whom, on
+what: the suite's identity (``suite``), the invocation (``invocation``) and the components under
+test by digest (``components``). Every field added after the first release has a default,
 so older ``run.json`` files still load. ``source`` says whether a record comes from ``gpuconf run``
 or ``gpuconf probe``.
 
@@ -26,7 +31,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 Outcome = Literal["passed", "failed", "skipped", "error"]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("passed", "failed", "skipped", "error")
@@ -34,7 +39,13 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_NOT_JUDGED: Final = 3
-SCHEMA: Final = "gpuconf.io/v1alpha1"
+SCHEMA: Final = "gpuconf.io/v1alpha2"
+"""The apiVersion this release writes (``run.json`` and the ConformanceReport)."""
+SCHEMA_V1ALPHA1: Final = "gpuconf.io/v1alpha1"
+"""The first release's apiVersion: still read and rendered."""
+SCHEMAS: Final = (SCHEMA_V1ALPHA1, SCHEMA)
+Target = Literal["sandbox", "cluster", "probe"]
+IMPLEMENTATION_TYPES: Final = ("scheduler", "node agent", "stack")
 Source = Literal["run", "probe"]
 _T = TypeVar("_T")
 
@@ -57,17 +68,28 @@ def _known(cls: type[_T], data: dict[str, Any] | None) -> _T:
 
 @dataclass
 class Implementation:
-    """Who submits the report: given as options (``--organization`` ...), required for a submission."""
+    """Who submits which product version: the submitter file (``--submitter FILE``) or options
+    (``--organization`` ...); required for a submission. Not the implementation *description*
+    (how a stack behaves)."""
 
     organization: str = ""
     project: str = ""
     url: str = ""
     version: str = ""
     contact: list[str] = field(default_factory=list)
+    type: str = ""
+    """What the product is: ``scheduler``, ``node agent`` or ``stack`` (``IMPLEMENTATION_TYPES``)."""
+    repository: str = ""
+    """The product's source repository (URL)."""
+    documentation: str = ""
+    """The product's documentation (URL)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("organization", "project", "url", "version", "contact")
 
     def missing(self) -> list[str]:
-        """The fields a submission needs and this one lacks."""
-        return [f.name for f in fields(self) if not getattr(self, f.name)]
+        """The fields a submission needs and this one lacks (the first release's five; ``type``
+        and the URLs are checked by ``gpuconf report verify``)."""
+        return [name for name in self.REQUIRED if not getattr(self, name)]
 
 
 @dataclass
@@ -166,6 +188,17 @@ class RunRecord:
     suite_validation: dict[str, Any] = field(default_factory=dict)
     """The mutation score of the suite version that made the run: ``conformance/mutation-score.json``
     (``gpuconf mutate --write-score``) as it is; empty when none was recorded (``reports.validation``)."""
+    suite: dict[str, Any] = field(default_factory=dict)
+    """The suite that made the run (``reports.provenance.suite_identity``): version, source commit,
+    whether the tree was modified, digests of the distribution, the catalog and the mutation score."""
+    invocation: dict[str, Any] = field(default_factory=dict)
+    """How the run was started (``fixtures.suite.invocation``): the redacted command line, profiles,
+    request forms and features with their source, every filter, preflight, timeout scale, workers."""
+    components: dict[str, Any] = field(default_factory=dict)
+    """The components under test as the cluster runs them: scheduler, node agent and workload image by
+    digest, which are gpuconf's reference ones, and per node (name hashed) its versions."""
+    api_version: str = SCHEMA
+    """The apiVersion the record was written with (a loaded ``v1alpha1`` one keeps it)."""
     directory: Path | None = field(default=None, compare=False, repr=False)
     """Where the record was loaded from (evidence files are found relative to it); not written."""
 
@@ -192,35 +225,31 @@ class RunRecord:
             verdict += " (the run was interrupted)"
         return f"{verdict}; {parts} in {self.finished - self.started:.0f} s"
 
-    def summary_table(self) -> list[str]:
-        """The table ``gpuconf run`` prints at the end (``reports.terminal``)."""
-        from reports.terminal import summary_table
-
-        return summary_table(self)
-
     @property
-    def mode(self) -> str:
+    def target_kind(self) -> Target:
         """How the implementation was reached: ``sandbox``, ``cluster`` or ``probe``."""
         if self.source == "probe":
             return "probe"
         return "sandbox" if self.target.get("kind") == "gpuconf-sandbox" else "cluster"
+
+    @property
+    def mode(self) -> Target:
+        """The first release's name of ``target_kind``."""
+        return self.target_kind
 
     def profiles(self) -> list[str]:
         """The profiles this run judged: those asked for, then any a result names."""
         asked = [str(p) for p in self.options.get("profiles") or []]
         return list(dict.fromkeys([*asked, *(r.profile for r in self.results)]))
 
-    def environment_view(self) -> Environment:
-        """``environment`` with what it leaves empty filled from the options, the preflight and the target."""
-        from reports.environment import complete
-
-        return complete(self)
-
     def as_dict(self) -> dict[str, Any]:
         c = self.counts()
         return {
             "apiVersion": SCHEMA,
             "kind": "ConformanceRun",
+            "suite": self.suite,
+            "invocation": self.invocation,
+            "components": self.components,
             "runId": self.run_id,
             "date": datetime.fromtimestamp(self.started, UTC).isoformat(timespec="seconds"),
             "durationSeconds": round(self.finished - self.started, 1),
@@ -266,21 +295,18 @@ def record_from_dict(data: dict[str, Any], directory: Path | None = None) -> Run
         implementation=_known(Implementation, data.get("implementation")),
         gpuconf_version=str(data.get("gpuconfVersion") or gpuconf_version()),
         suite_validation=score if isinstance(score := data.get("suiteValidation"), dict) else {},
+        suite=_dict(data.get("suite")),
+        invocation=_dict(data.get("invocation")),
+        components=_dict(data.get("components")),
+        api_version=str(data.get("apiVersion") or SCHEMA_V1ALPHA1),
         directory=directory,
     )
 
 
-def write_run(record: RunRecord, directory: Path) -> list[Path]:
-    """Write ``run.json``, one JSON file per check under ``checks/``, and ``junit.xml``."""
-    from reports.junit import write_junit
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
 
-    directory.mkdir(parents=True, exist_ok=True)
-    checks = directory / "checks"
-    checks.mkdir(exist_ok=True)
-    for result in record.results:
-        name = result.key.replace("/", ".").replace("[", "-").replace("]", "") + ".json"
-        (checks / name).write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
-    run = directory / "run.json"
-    run.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
-    junit = write_junit(record, directory / "junit.xml")
-    return [run, checks, junit]
+
+def check_file_name(key: str) -> str:
+    """The name of a check's file under ``checks/``."""
+    return key.replace("/", ".").replace("[", "-").replace("]", "") + ".json"

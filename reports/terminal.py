@@ -1,7 +1,8 @@
-"""The terminal summary: the table ``gpuconf run`` prints at the end, and the verdict per profile."""
+"""The terminal summary: the table ``gpuconf run`` prints at the end, the verdict per profile, the level."""
 
 from __future__ import annotations
 
+from reports.levels import level_of
 from reports.model import RunRecord
 from reports.verdicts import profile_results
 
@@ -28,4 +29,5 @@ def summary(record: RunRecord) -> str:
     lines = summary_table(record)
     lines += [f"profile {p.summary()}" for p in profile_results(record)]
     lines.append(record.verdict_line())
+    lines.append(level_of(record).line())
     return "\n".join(lines) + "\n"

@@ -1,9 +1,10 @@
 """The verdict per profile, as every report states it.
 
-``failure`` when any check of the profile failed; ``partial`` when none failed but one was skipped
-(an unsupported feature) or could not be judged (error); ``success`` when every check passed. An
-error is never a failure of the implementation (docs/architecture.md §5), but a profile with one
-was not wholly judged, so it is not a success either.
+The verdict is over the profile's MUST checks (SHOULD checks are counted apart and never change
+it): ``failure`` when one failed; ``partial`` when none failed but one was skipped (an unsupported
+feature) or could not be judged (error), or the profile has none; ``success`` when every one
+passed. An error is never a failure of the implementation (docs/architecture.md §5), but a profile
+with one was not wholly judged, so it is not a success either.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class ProfileResult:
     result: Result
     results: list[CheckResult]
     counts: Counter[str] = field(default_factory=Counter)
+    by_level: dict[str, Counter[str]] = field(default_factory=dict)
+    """Outcomes per level (``MUST``, ``SHOULD``, ...)."""
     supported_features: list[str] = field(default_factory=list)
     unsupported_features: list[str] = field(default_factory=list)
 
@@ -64,9 +67,13 @@ def profile_results(record: RunRecord) -> list[ProfileResult]:
         out.append(
             ProfileResult(
                 name=name,
-                result=verdict_of(results),
+                result=verdict_of([r for r in results if r.level == "MUST"]),
                 results=results,
                 counts=Counter(r.outcome for r in results),
+                by_level={
+                    level: Counter(r.outcome for r in results if r.level == level)
+                    for level in sorted({r.level for r in results})
+                },
                 supported_features=[f for f in supported if f in needed] if needed else supported,
                 unsupported_features=[f for f in unsupported if f in needed] if needed else unsupported,
             )

@@ -52,9 +52,32 @@ class WireError(Exception):
 
 # --------------------------------------------------------------------------------------------------
 # Messages
+#
+# Both sides declare their messages with the two declarators below, so that what a message is (a
+# frozen dataclass, its wire tag set once, in its declaration) is written in one place: the node
+# side's admin messages (``enforcement.sim.messages``) are declared exactly as the client's.
+
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
+@typing.dataclass_transform(frozen_default=True)
+def record(cls: type[_T]) -> type[_T]:
+    """Declare a plain value carried inside messages: a frozen dataclass."""
+    return dataclass(frozen=True)(cls)
+
+
+@typing.dataclass_transform(frozen_default=True)
+def message(tag: str) -> Callable[[type[_T]], type[_T]]:
+    """Declare a message: a frozen dataclass whose ``TYPE``, the tag on the wire, is ``tag``."""
+
+    def declare(cls: type[_T]) -> type[_T]:
+        cls.TYPE = tag  # type: ignore[attr-defined]
+        return dataclass(frozen=True)(cls)
+
+    return declare
+
+
+@record
 class Message:
     """Base of every message; subclasses set ``TYPE``, the tag written on the wire."""
 
@@ -64,7 +87,7 @@ class Message:
 # Client requests (the client socket serves these and nothing else).
 
 
-@dataclass(frozen=True)
+@message("hello")
 class Hello(Message):
     """First message of every client connection: binds the connection to the client the token names.
 
@@ -72,56 +95,50 @@ class Hello(Message):
     when it closes, which is how a client that dies without freeing gets its memory back.
     """
 
-    TYPE: ClassVar[str] = "hello"
     token: str
     protocol: int = PROTOCOL_VERSION
 
 
-@dataclass(frozen=True)
+@message("alloc")
 class Alloc(Message):
-    TYPE: ClassVar[str] = "alloc"
     device: int  # container-visible ordinal
     nbytes: int
 
 
-@dataclass(frozen=True)
+@message("free")
 class Free(Message):
-    TYPE: ClassVar[str] = "free"
     handle: int
 
 
-@dataclass(frozen=True)
+@message("touch")
 class Touch(Message):
-    TYPE: ClassVar[str] = "touch"
     handle: int
 
 
-@dataclass(frozen=True)
+@message("meminfo")
 class MemInfo(Message):
-    TYPE: ClassVar[str] = "meminfo"
+    """Ask for the client's view of its devices (``cudaMemGetInfo``, NVML)."""
 
 
-@dataclass(frozen=True)
+@message("kernel")
 class Kernel(Message):
     """Run one busy kernel for ``seconds`` on a device; the reply carries when it really ran."""
 
-    TYPE: ClassVar[str] = "kernel"
     device: int
     seconds: float
 
 
-@dataclass(frozen=True)
+@message("inject-fault")
 class Fault(Message):
     """Make the device fault as an out-of-bounds kernel would (illegal address)."""
 
-    TYPE: ClassVar[str] = "inject-fault"
     device: int
 
 
 # Client replies.
 
 
-@dataclass(frozen=True)
+@record
 class VisibleDevice:
     ordinal: int
     uuid: str
@@ -130,9 +147,10 @@ class VisibleDevice:
     guarantee_bytes: int
 
 
-@dataclass(frozen=True)
+@message("hello-reply")
 class HelloReply(Message):
-    TYPE: ClassVar[str] = "hello-reply"
+    """The device's answer to a client's hello: who the client is and the devices it may use."""
+
     client: str
     node: str
     mode: str
@@ -140,32 +158,29 @@ class HelloReply(Message):
     simulated: bool = True
 
 
-@dataclass(frozen=True)
+@message("alloc-reply")
 class AllocReply(Message):
-    TYPE: ClassVar[str] = "alloc-reply"
     handle: int
     device: int
     nbytes: int
     used_bytes: int  # the client's usage on that device after the allocation
 
 
-@dataclass(frozen=True)
+@message("free-reply")
 class FreeReply(Message):
-    TYPE: ClassVar[str] = "free-reply"
     handle: int
     device: int
     nbytes: int
     used_bytes: int
 
 
-@dataclass(frozen=True)
+@message("touch-reply")
 class TouchReply(Message):
-    TYPE: ClassVar[str] = "touch-reply"
     handle: int
     nbytes: int
 
 
-@dataclass(frozen=True)
+@record
 class DeviceMemory:
     ordinal: int
     uuid: str
@@ -175,15 +190,13 @@ class DeviceMemory:
     free_bytes: int
 
 
-@dataclass(frozen=True)
+@message("meminfo-reply")
 class MemInfoReply(Message):
-    TYPE: ClassVar[str] = "meminfo-reply"
     devices: tuple[DeviceMemory, ...]
 
 
-@dataclass(frozen=True)
+@message("kernel-reply")
 class KernelReply(Message):
-    TYPE: ClassVar[str] = "kernel-reply"
     device: int
     start: float  # wall-clock (time.time) when the kernel got the device
     end: float
@@ -193,16 +206,15 @@ class KernelReply(Message):
 # Error replies: any socket may send these.
 
 
-@dataclass(frozen=True)
+@record
 class ErrorReply(Message):
     message: str
 
 
-@dataclass(frozen=True)
+@message("oom")
 class OomReply(ErrorReply):
     """Out of memory. ``reason`` is one of ``OOM_REASONS``."""
 
-    TYPE: ClassVar[str] = "oom"
     device: int
     requested_bytes: int
     used_bytes: int  # the client's usage on the device when the allocation was refused
@@ -218,7 +230,7 @@ OOM_GUARANTEE_UNSATISFIABLE = "guarantee-unsatisfiable"
 OOM_REASONS = (OOM_HARD_LIMIT, OOM_DEVICE_FULL, OOM_GUARANTEE_UNSATISFIABLE)
 
 
-@dataclass(frozen=True)
+@message("pressure")
 class PressureReply(ErrorReply):
     """Refused for now: the GPU is full, the client is within its guarantee, others must be evicted.
 
@@ -226,7 +238,6 @@ class PressureReply(ErrorReply):
     refuses rather than blocking; the client retries after the candidates have been evicted.
     """
 
-    TYPE: ClassVar[str] = "pressure"
     device: int
     uuid: str
     requested_bytes: int
@@ -236,41 +247,36 @@ class PressureReply(ErrorReply):
     candidates: tuple[str, ...]  # clients above their guarantee on this GPU, largest overage first
 
 
-@dataclass(frozen=True)
+@message("fault")
 class FaultReply(ErrorReply):
     """A sticky device fault: every later call of this client fails the same way, as in CUDA."""
 
-    TYPE: ClassVar[str] = "fault"
     device: int
     uuid: str
     origin: str  # the client whose kernel faulted
 
 
-@dataclass(frozen=True)
+@message("gone")
 class GoneReply(ErrorReply):
     """The client was detached (container stopped) or evicted; its memory is gone."""
 
-    TYPE: ClassVar[str] = "gone"
     reason: str
 
 
-@dataclass(frozen=True)
+@message("denied")
 class DeniedReply(ErrorReply):
     """Bad token, or an operation this socket does not serve to this peer."""
 
-    TYPE: ClassVar[str] = "denied"
 
-
-@dataclass(frozen=True)
+@message("bad-request")
 class BadRequestReply(ErrorReply):
-    TYPE: ClassVar[str] = "bad-request"
+    """The request was not valid on this socket (unknown type, wrong field, no hello)."""
 
 
-@dataclass(frozen=True)
+@message("mode-conflict")
 class ModeConflictReply(ErrorReply):
     """A GPU holding clients of one compute mode was asked to take a client of the other mode."""
 
-    TYPE: ClassVar[str] = "mode-conflict"
     uuid: str
     client: str
     mode: str
@@ -278,9 +284,9 @@ class ModeConflictReply(ErrorReply):
     other_mode: str
 
 
-@dataclass(frozen=True)
+@message("internal-error")
 class InternalErrorReply(ErrorReply):
-    TYPE: ClassVar[str] = "internal-error"
+    """The device server failed while serving the request; a bug on the node side."""
 
 
 ERROR_REPLIES: tuple[type[ErrorReply], ...] = (

@@ -1,7 +1,7 @@
 """How a node agent that runs as a local process, not as a Pod, can be restarted from outside.
 
 On a real cluster the agent is a DaemonSet Pod: restarting it means deleting the Pod and letting
-the DaemonSet bring a new one (``fixtures.agentcontrol`` does exactly that). An agent that runs
+the DaemonSet bring a new one (``fixtures.suite.agentcontrol`` does exactly that). An agent that runs
 as a plain process on the node (a systemd unit, or the embedded sandbox's node component) has no
 Pod to delete, so with ``--announce-restart-hook`` it says on its own Node how to restart it:
 

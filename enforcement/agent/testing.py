@@ -1,7 +1,7 @@
 """Helpers to drive the agent in tests: an in-process simulated node, the agent as a process.
 
 Shared by the agent's unit tests, the fuzzing, the integration tests and the benchmark. Pods and
-their placement annotations come from ``fixtures.manifests`` (the one Pod builder); product code
+their placement annotations come from ``fixtures.suite.manifests`` (the one Pod builder); product code
 imports nothing from here (an import-linter contract says so).
 """
 

@@ -11,15 +11,14 @@ usage is in bytes, as the device accounts it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import field
 
-from workloads.simwire import ERROR_REPLIES, Codec, Message
+from workloads.simwire import ERROR_REPLIES, Codec, Message, message, record
 
 # ---- topology
 
 
-@dataclass(frozen=True)
+@record
 class GpuSpec:
     """One simulated GPU of a node."""
 
@@ -32,15 +31,14 @@ class GpuSpec:
 # ---- requests
 
 
-@dataclass(frozen=True)
+@message("admin-hello")
 class AdminHello(Message):
     """First message of every admin connection; the token is the server's admin token."""
 
-    TYPE: ClassVar[str] = "admin-hello"
     token: str
 
 
-@dataclass(frozen=True)
+@record
 class ClientGpuSpec:
     """One GPU a client is attached to, with its limits on that GPU.
 
@@ -53,7 +51,7 @@ class ClientGpuSpec:
     guarantee_mib: int  # the annotation's request: the soft limit, protected under pressure
 
 
-@dataclass(frozen=True)
+@record
 class ClientSpec:
     """A container to attach: its name (unique on the node), GPUs, compute mode and free-form labels.
 
@@ -69,13 +67,12 @@ class ClientSpec:
     shared_fault_domain: bool = False
 
 
-@dataclass(frozen=True)
+@message("attach")
 class Attach(Message):
-    TYPE: ClassVar[str] = "attach"
     spec: ClientSpec
 
 
-@dataclass(frozen=True)
+@message("detach")
 class Detach(Message):
     """Detach a client and release all its memory. ``reason``: ``stopped`` or ``evicted``.
 
@@ -83,48 +80,48 @@ class Detach(Message):
     that reason: a workload still running when its Pod is evicted hears why.
     """
 
-    TYPE: ClassVar[str] = "detach"
     client: str
     reason: str = "stopped"
 
 
-@dataclass(frozen=True)
+@message("snapshot")
 class Snapshot(Message):
-    TYPE: ClassVar[str] = "snapshot"
+    """Ask for every GPU's and client's state (a restarted agent re-adopts from it)."""
 
 
-@dataclass(frozen=True)
+@message("pressure-query")
 class PressureQuery(Message):
-    TYPE: ClassVar[str] = "pressure-query"
+    """Ask for each GPU's memory pressure and its eviction candidates."""
 
 
 # ---- replies
 
 
-@dataclass(frozen=True)
-class AdminHelloReply(Message):
-    TYPE: ClassVar[str] = "admin-hello-reply"
-    node: str
-    gpus: tuple[GpuSpec, ...]
-    simulated: bool = True
-
-
-@dataclass(frozen=True)
+@message("attach-reply")
 class AttachReply(Message):
-    TYPE: ClassVar[str] = "attach-reply"
+    """The attached container's client name, and the token its workload proves itself with."""
+
     client: str
     token: str  # inject as GPUCONF_SIM_TOKEN into the container; the only copy the node side returns
 
 
-@dataclass(frozen=True)
+@message("detach-reply")
 class DetachReply(Message):
-    TYPE: ClassVar[str] = "detach-reply"
     client: str
     reason: str
     released_bytes: int
 
 
-@dataclass(frozen=True)
+@message("admin-hello-reply")
+class AdminHelloReply(Message):
+    """The device's answer to an admin hello: its node and every GPU it simulates."""
+
+    node: str
+    gpus: tuple[GpuSpec, ...]
+    simulated: bool = True
+
+
+@record
 class ClientGpuState:
     ordinal: int
     uuid: str
@@ -133,7 +130,7 @@ class ClientGpuState:
     used_bytes: int
 
 
-@dataclass(frozen=True)
+@record
 class ClientState:
     """A client as a restarted agent needs it to re-adopt the container. Tokens are not included."""
 
@@ -147,7 +144,7 @@ class ClientState:
     faulted: bool
 
 
-@dataclass(frozen=True)
+@record
 class GpuState:
     index: int
     uuid: str
@@ -160,16 +157,15 @@ class GpuState:
     clients: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@message("snapshot-reply")
 class SnapshotReply(Message):
-    TYPE: ClassVar[str] = "snapshot-reply"
     node: str
     taken_at: float
     gpus: tuple[GpuState, ...]
     clients: tuple[ClientState, ...]
 
 
-@dataclass(frozen=True)
+@record
 class EvictionCandidate:
     client: str
     used_bytes: int
@@ -177,7 +173,7 @@ class EvictionCandidate:
     overage_bytes: int  # used - guarantee, > 0
 
 
-@dataclass(frozen=True)
+@record
 class PressureWaiter:
     """A client within its guarantee that was refused for want of free memory, still waiting."""
 
@@ -186,7 +182,7 @@ class PressureWaiter:
     waiting_s: float
 
 
-@dataclass(frozen=True)
+@record
 class GpuPressure:
     """Pressure on one GPU, for the evictor.
 
@@ -204,9 +200,8 @@ class GpuPressure:
     candidates: tuple[EvictionCandidate, ...]
 
 
-@dataclass(frozen=True)
+@message("pressure-state")
 class PressureStateReply(Message):
-    TYPE: ClassVar[str] = "pressure-state"
     gpus: tuple[GpuPressure, ...]
 
 

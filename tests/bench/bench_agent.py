@@ -37,10 +37,10 @@ from enforcement.contract import node_gpu_uuids  # noqa: E402
 from enforcement.hook import ContainerRef, HookClient, RunningContainer  # noqa: E402
 from enforcement.sim import ADMIN_TOKEN_ENV  # noqa: E402
 from enforcement.sim.process import ServerProcess  # noqa: E402
-from fixtures import manifests  # noqa: E402
-from fixtures.manifests import placement_annotations as placement  # noqa: E402
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
 from fixtures.sandbox.processes import free_port  # noqa: E402
+from fixtures.suite import manifests  # noqa: E402
+from fixtures.suite.manifests import placement_annotations as placement  # noqa: E402
 from workloads.simclient import DeviceClient  # noqa: E402
 from workloads.simwire import SIM_SOCKET_ENV, SIM_TOKEN_ENV, SimPressure  # noqa: E402
 

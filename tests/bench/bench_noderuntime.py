@@ -2,7 +2,7 @@
 
 Prints one JSON object. Measurements, not pass/fail.
 
-A sandbox of its own (no node runtime), one ``python -m fixtures.noderuntime`` for ``gpu-a-0``
+A sandbox of its own (no node runtime), one ``python -m fixtures.sandbox.noderuntime`` for ``gpu-a-0``
 with its RBAC-limited identity, and an allow-all hook served by this process (the agent's cost is
 not what is measured). Each Pod is created with ``spec.nodeName`` set, so "bound" is the moment
 its create request is sent; "started" is the wall clock its container reads first thing
@@ -36,10 +36,10 @@ from benchlib import rss_mib  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from enforcement.hook import Adjustment, ContainerRef, HookServer, RunningContainer  # noqa: E402
-from fixtures import manifests  # noqa: E402
-from fixtures.noderuntime import rbac  # noqa: E402
-from fixtures.noderuntime.layout import ready_file  # noqa: E402
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
+from fixtures.sandbox.noderuntime import rbac  # noqa: E402
+from fixtures.sandbox.noderuntime.layout import ready_file  # noqa: E402
+from fixtures.suite import manifests  # noqa: E402
 
 NODE = "gpu-a-0"
 STAMP = 'date +%s.%N > "$GPUCONF_TERMINATION_PATH"'
@@ -110,7 +110,7 @@ def main() -> int:
             argv = [
                 sys.executable,
                 "-m",
-                "fixtures.noderuntime",
+                "fixtures.sandbox.noderuntime",
                 "--node",
                 NODE,
                 "--kubeconfig",

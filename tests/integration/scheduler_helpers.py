@@ -24,8 +24,8 @@ from kubernetes.client.rest import ApiException
 
 from enforcement.contract import gpu_loads
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.scheduler import rbac
-from fixtures.waiting import wait_until
+from fixtures.sandbox.scheduler import rbac
+from fixtures.suite.waiting import wait_until
 
 START_TIMEOUT_S = 60.0
 PLACE_TIMEOUT_S = 30.0
@@ -220,7 +220,7 @@ def node_condition(core: client.CoreV1Api, node: str, kind: str, status: str) ->
 
 
 class SchedulerProcess:
-    """``python -m fixtures.scheduler`` against the sandbox, as its own user with its own RBAC."""
+    """``python -m fixtures.sandbox.scheduler`` against the sandbox, as its own user with its own RBAC."""
 
     def __init__(self, sandbox: Sandbox, name: str, workdir: Path, args: Sequence[str] = ()) -> None:
         self.sandbox = sandbox
@@ -238,7 +238,7 @@ class SchedulerProcess:
         argv = [
             sys.executable,
             "-m",
-            "fixtures.scheduler",
+            "fixtures.sandbox.scheduler",
             "--kubeconfig",
             str(self.kubeconfig),
             "--name",

@@ -1,4 +1,6 @@
-"""``fixtures.admission``: a dry run tells whether the cluster admits suite-placed Pods, and creates nothing.
+"""``fixtures.suite.admission``: a dry run tells whether the cluster admits suite-placed Pods.
+
+It creates nothing.
 
 The refusal is played by a ValidatingAdmissionPolicy that, like KAI's admission, lets nobody but
 the binder write ``gpus.devices``; its binding is confined to the test's namespace (by label) so
@@ -13,10 +15,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from fixtures.admission import PROBE_NAME, SKIP_REASON, placement_refused
-from fixtures.cluster import Cluster
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.waiting import wait_until
+from fixtures.suite.admission import PROBE_NAME, SKIP_REASON, placement_refused
+from fixtures.suite.cluster import Cluster
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

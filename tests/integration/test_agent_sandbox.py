@@ -34,11 +34,11 @@ from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, Hook
 from enforcement.sim import ADMIN_TOKEN_ENV, SMI_BIN_DIR
 from enforcement.sim.process import ServerProcess
 from enforcement.sim.testing import short_tempdir
-from fixtures import manifests
-from fixtures.manifests import placement_annotations as placement
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.processes import free_port
-from fixtures.waiting import wait_until
+from fixtures.suite import manifests
+from fixtures.suite.manifests import placement_annotations as placement
+from fixtures.suite.waiting import wait_until
 from workloads.process import WorkloadProcess
 
 pytestmark = pytest.mark.sandbox

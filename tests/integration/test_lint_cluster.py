@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import lint
-from fixtures import manifests
+from fixtures.suite import manifests
 
 pytestmark = pytest.mark.sandbox
 

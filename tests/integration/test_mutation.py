@@ -19,7 +19,7 @@ import pytest
 
 from conformance.mutate import EXPECTED_AGENT, EXPECTED_SCHEDULER
 from enforcement.agent.options import FAULTS as AGENT_FAULTS
-from fixtures.scheduler.faults import FAULTS as SCHEDULER_FAULTS
+from fixtures.sandbox.scheduler.faults import FAULTS as SCHEDULER_FAULTS
 
 pytestmark = pytest.mark.sandbox
 

@@ -25,10 +25,10 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.samples import Sample
 
 from enforcement.agent.metrics import parse
-from fixtures import manifests
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
-from fixtures.waiting import wait_until
+from fixtures.suite import manifests
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 WAIT_S = 90.0  # a node's processes start on a loaded 2-core runner

@@ -1,6 +1,6 @@
 """The simulated kubelet on a real API server: Pods bound to ``gpu-a-0`` run, stop and report honestly.
 
-The runtime runs as its own process (``python -m fixtures.noderuntime``) with its own RBAC-limited
+The runtime runs as its own process (``python -m fixtures.sandbox.noderuntime``) with its own RBAC-limited
 identity, against the shared session sandbox, which runs no runtime of its own. The node agent is
 a FAKE served by this test process (``enforcement.hook.HookServer``): it allows, refuses, injects
 environment or attaches the container to a real simulated device server, as each Pod's
@@ -34,13 +34,13 @@ from enforcement.sim import SIM_SOCKET_ENV, SIM_TOKEN_ENV, SMI_BIN_DIR
 from enforcement.sim.admin import AdminClient, client_spec
 from enforcement.sim.process import ServerProcess
 from enforcement.sim.testing import short_tempdir
-from fixtures import manifests
-from fixtures.noderuntime import ANNOTATION_LOG_DIR, CONTAINER_ID_SCHEME, rbac
-from fixtures.noderuntime.containers import container_processes
-from fixtures.noderuntime.layout import ready_file
 from fixtures.sandbox.controlplane import Sandbox
+from fixtures.sandbox.noderuntime import ANNOTATION_LOG_DIR, CONTAINER_ID_SCHEME, rbac
+from fixtures.sandbox.noderuntime.containers import container_processes
+from fixtures.sandbox.noderuntime.layout import ready_file
 from fixtures.sandbox.topology import gpu_uuid
-from fixtures.waiting import wait_until
+from fixtures.suite import manifests
+from fixtures.suite.waiting import wait_until
 from workloads.report import ExitCode
 
 pytestmark = pytest.mark.sandbox
@@ -268,7 +268,7 @@ def runtime(
     argv = [
         PY,
         "-m",
-        "fixtures.noderuntime",
+        "fixtures.sandbox.noderuntime",
         "--node",
         NODE,
         "--kubeconfig",

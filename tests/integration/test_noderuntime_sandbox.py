@@ -19,13 +19,13 @@ import pytest
 
 from enforcement.hook import Adjustment, ContainerRef, HookServer, RunningContainer
 from enforcement.sim.admin import AdminClient
-from fixtures.noderuntime.component import NODES_DIR, TOKEN_FILE, NodeDirs, agent_available
-from fixtures.noderuntime.containers import container_processes
-from fixtures.noderuntime.runtime import RESTARTED_MESSAGE
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
+from fixtures.sandbox.noderuntime.component import NODES_DIR, TOKEN_FILE, NodeDirs, agent_available
+from fixtures.sandbox.noderuntime.containers import container_processes
+from fixtures.sandbox.noderuntime.runtime import RESTARTED_MESSAGE
 from fixtures.sandbox.topology import gpu_uuid
-from fixtures.waiting import wait_until
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 WAIT_S = 90.0  # a node's processes start on a loaded 2-core runner

@@ -47,9 +47,9 @@ def by_key(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 CHECKS = """
-from fixtures.checks import Needs, check
-from fixtures.suite import Suite, fail
-from fixtures.waiting import wait_until
+from fixtures.suite.checks import Needs, check
+from fixtures.suite.frame import Suite, fail
+from fixtures.suite.waiting import wait_until
 
 
 @check(id="plugin-passes", level="MUST", statement="It MUST pass.", profiles=("scheduler",),

@@ -11,11 +11,11 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from fixtures import manifests
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.nodes import ANNOTATION_GPU_UUIDS, CONDITION_FRACTIONING_READY
 from fixtures.sandbox.topology import gpu_uuid
-from fixtures.waiting import wait_until
+from fixtures.suite import manifests
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

@@ -31,8 +31,8 @@ from scheduler_helpers import (
 
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.scheduler.faults import FAULTS
-from fixtures.waiting import wait_until
+from fixtures.sandbox.scheduler.faults import FAULTS
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

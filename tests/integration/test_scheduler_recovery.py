@@ -21,8 +21,8 @@ from scheduler_helpers import (
 )
 
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.scheduler.placement import MARKER
-from fixtures.waiting import wait_until
+from fixtures.sandbox.scheduler.placement import MARKER
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

@@ -30,7 +30,7 @@ from scheduler_helpers import (
 
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.waiting import wait_until
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

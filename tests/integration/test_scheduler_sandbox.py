@@ -18,8 +18,8 @@ from scheduler_helpers import PLACE_TIMEOUT_S, Pods, nv
 
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
-from fixtures.scheduler import rbac
-from fixtures.waiting import wait_until
+from fixtures.sandbox.scheduler import rbac
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -45,7 +45,7 @@ def test_sandbox_runs_the_reference_with_a_fault_and_the_upstream_scheduler(tmp_
         assert {"scheduler/gpuconf-reference", "scheduler/default-scheduler"} <= set(running)
         assert all(r.alive() for r in running.values())
         reference = running["scheduler/gpuconf-reference"]
-        assert reference.argv[1:3] == ("-m", "fixtures.scheduler") and "mix-modes" in reference.argv
+        assert reference.argv[1:3] == ("-m", "fixtures.sandbox.scheduler") and "mix-modes" in reference.argv
 
         binding = client.RbacAuthorizationV1Api(box.api_client()).read_cluster_role_binding(
             rbac.role_name("gpuconf-reference")

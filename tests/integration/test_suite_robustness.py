@@ -43,13 +43,13 @@ import pytest
 import yaml
 
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
-from fixtures import manifests
-from fixtures.cluster import Cluster
-from fixtures.manifests import placement_annotations
-from fixtures.noderuntime.containers import LOG_MAX_BYTES, container_processes
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
-from fixtures.waiting import wait_until
+from fixtures.sandbox.noderuntime.containers import LOG_MAX_BYTES, container_processes
+from fixtures.suite import manifests
+from fixtures.suite.cluster import Cluster
+from fixtures.suite.manifests import placement_annotations
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -194,7 +194,7 @@ def fenced_plan(request: int, limit: int, signal_name: str = "SIGUSR1") -> dict[
 
 
 def workload_result(pod: dict[str, Any]) -> dict[str, Any]:
-    from fixtures.suite import termination_result
+    from fixtures.suite.frame import termination_result
 
     return termination_result(pod, "main") or {}
 

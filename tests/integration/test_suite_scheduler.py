@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
-from fixtures.waiting import wait_until
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

@@ -36,7 +36,7 @@ import yaml
 
 from fixtures.sandbox import processes
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
-from fixtures.waiting import wait_until
+from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
 

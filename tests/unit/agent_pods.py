@@ -1,8 +1,8 @@
 """Bound Pods as the runtime hands them to the agent's CreateContainer, for the agent's unit tests.
 
-The builder is ``fixtures.manifests.pod`` (the one Pod builder of the suite, the probe and these
+The builder is ``fixtures.suite.manifests.pod`` (the one Pod builder of the suite, the probe and these
 tests); this only sets what every agent test shares: namespace ``ns``, node ``node-a``, a fresh
-UID, containers by name. ``placement`` is ``fixtures.manifests.placement_annotations``: the four
+UID, containers by name. ``placement`` is ``fixtures.suite.manifests.placement_annotations``: the four
 annotations (and the portion) a correct scheduler writes. Modules in this folder import these
 directly (pytest puts the folder on ``sys.path``).
 """
@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fixtures import manifests
-from fixtures.manifests import placement_annotations as placement
+from fixtures.suite import manifests
+from fixtures.suite.manifests import placement_annotations as placement
 
 __all__ = ["make_pod", "placement"]
 

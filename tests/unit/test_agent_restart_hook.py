@@ -1,5 +1,5 @@
 """The restart hook an agent run as a local process announces (``enforcement.agent.restart``), and
-``fixtures.agentcontrol`` choosing how to restart an agent from what the cluster shows."""
+``fixtures.suite.agentcontrol`` choosing how to restart an agent from what the cluster shows."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from enforcement.agent import restart
 from enforcement.agent.restart import ANNOTATION, RestartHook, process_start_ticks, this_process
-from fixtures import agentcontrol
-from fixtures.agentcontrol import AgentControlError, restart_agent
-from fixtures.suite import RunOptions
+from fixtures.suite import agentcontrol
+from fixtures.suite.agentcontrol import AgentControlError, restart_agent
+from fixtures.suite.frame import RunOptions
 
 
 def node_with(hook: RestartHook | str | None, ready: bool = True) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from conformance import catalog
-from fixtures.checks import FEATURES, LEVELS, Check
+from fixtures.suite.checks import FEATURES, LEVELS, Check
 
 REPO = Path(__file__).resolve().parents[2]
 

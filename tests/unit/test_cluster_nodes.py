@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from fixtures import cluster as cluster_module
-from fixtures.cluster import (
+from fixtures.suite import cluster as cluster_module
+from fixtures.suite.cluster import (
     Cluster,
     GpuNode,
     in_cluster,
@@ -21,8 +21,8 @@ from fixtures.cluster import (
     whole_gpu_holders,
     whole_gpus_requested,
 )
-from fixtures.plugin import _busy_nodes
-from fixtures.preflight import PreflightReport
+from fixtures.suite.preflight import PreflightReport
+from fixtures.suite.scope import busy_nodes as _busy_nodes
 
 
 def node(name: str = "gpu-0", *, labels: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from enforcement.contract import (
     to_absolute,
 )
 from enforcement.rules import RULES
-from fixtures import manifests
+from fixtures.suite import manifests
 
 UUIDS = tuple(f"GPU-{i}{i}{i}{i}aaaa-0000-0000-0000-00000000000{i}" for i in range(4))
 NODE = {

@@ -14,9 +14,9 @@ from conformance import dryrun
 from conformance import run as run_module
 from conformance.catalog import load_checks
 from conformance.cli import build_parser, main
-from fixtures.checks import FEATURES, REGISTRY
-from fixtures.cluster import GpuNode, left_out
-from fixtures.plugin import WITHHELD_REASON
+from fixtures.suite.checks import FEATURES, REGISTRY
+from fixtures.suite.cluster import GpuNode, left_out
+from fixtures.suite.session import WITHHELD_REASON
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +228,8 @@ def test_the_plugin_restarts_a_real_agent_only_when_the_user_names_the_feature(
 ) -> None:
     from types import SimpleNamespace
 
-    from fixtures.plugin import WITHHELD, withhold_agent_restart
-    from fixtures.suite import RunOptions
+    from fixtures.suite.frame import RunOptions
+    from fixtures.suite.session import WITHHELD, withhold_agent_restart
 
     options = RunOptions(
         scheduler_name="s", profiles=("node",), supported_features=frozenset(FEATURES), run_id="r"
@@ -244,8 +244,8 @@ def test_the_plugin_restarts_a_real_agent_only_when_the_user_names_the_feature(
 def test_with_preflight_skipped_the_plugin_reads_the_nodes_to_decide(simulated: bool, withheld: bool) -> None:
     from types import SimpleNamespace
 
-    from fixtures.plugin import WITHHELD, withhold_agent_restart
-    from fixtures.suite import RunOptions
+    from fixtures.suite.frame import RunOptions
+    from fixtures.suite.session import WITHHELD, withhold_agent_restart
 
     labels = {"gpuconf.io/simulated": "true"} if simulated else {}
 

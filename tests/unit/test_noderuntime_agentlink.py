@@ -10,7 +10,7 @@ import pytest
 
 from enforcement.hook import Adjustment, AgentUnavailable, ContainerRef, HookServer, RunningContainer
 from enforcement.sim.testing import short_tempdir
-from fixtures.noderuntime.agentlink import AgentLink
+from fixtures.sandbox.noderuntime.agentlink import AgentLink
 
 REF = ContainerRef("ns", "p", "uid-1", "main")
 POD = {

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.noderuntime import CONTAINER_ID_ENV
-from fixtures.noderuntime.containers import (
+from fixtures.sandbox.noderuntime import CONTAINER_ID_ENV
+from fixtures.sandbox.noderuntime.containers import (
     LaunchError,
     LaunchSpec,
     container_processes,
     launch,
     reap_leftovers,
 )
-from fixtures.noderuntime.layout import containers_dir
-from fixtures.waiting import wait_until
+from fixtures.sandbox.noderuntime.layout import containers_dir
+from fixtures.suite.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -90,7 +90,7 @@ def test_a_command_that_cannot_run_is_a_launch_error(tmp_path: Path) -> None:
 RUNTIME_STAND_IN = """
 import sys, time
 from pathlib import Path
-from fixtures.noderuntime.containers import LaunchSpec, launch
+from fixtures.sandbox.noderuntime.containers import LaunchSpec, launch
 work, cid = Path(sys.argv[1]), sys.argv[2]
 env = {"PATH": "/usr/bin:/bin", "HOME": str(work / cid), "GPUCONF_SIM_CONTAINER_ID": cid}
 c = launch(LaunchSpec(cid, ("sh", "-c", "sleep 300 & sleep 300"), env, work / cid, work / "c.log"), work)

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from enforcement.sim import SMI_BIN_DIR
-from fixtures.noderuntime.environment import (
+from fixtures.sandbox.noderuntime.environment import (
     DEFAULT_PATH,
     PROJECT_ROOT,
     EnvError,

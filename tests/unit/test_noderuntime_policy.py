@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures.noderuntime.policy import (
+from fixtures.sandbox.noderuntime.policy import (
     AGENT_RETRY,
     CRASH_BACKOFF,
     Backoff,

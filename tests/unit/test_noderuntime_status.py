@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from fixtures.noderuntime import status
-from fixtures.noderuntime.status import (
+from fixtures.sandbox.noderuntime import status
+from fixtures.sandbox.noderuntime.status import (
     ContainerView,
     Running,
     Terminated,

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures.noderuntime.termination import (
+from fixtures.sandbox.noderuntime.termination import (
     FALLBACK_BYTES,
     FALLBACK_LINES,
     MAX_CONTAINER_BYTES,

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from enforcement import reflector
-from fixtures.noderuntime.runtime import POD_WATCH_TIMEOUT_S
+from fixtures.sandbox.noderuntime.runtime import POD_WATCH_TIMEOUT_S
 
 
 def pod(name: str, rv: str) -> dict[str, Any]:

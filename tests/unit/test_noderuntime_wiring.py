@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from enforcement.sim import ADMIN_TOKEN_ENV
-from fixtures.noderuntime import component as wiring
-from fixtures.noderuntime import rbac
-from fixtures.noderuntime.component import (
+from fixtures.sandbox import topology
+from fixtures.sandbox.config import SandboxConfig
+from fixtures.sandbox.noderuntime import component as wiring
+from fixtures.sandbox.noderuntime import rbac
+from fixtures.sandbox.noderuntime.component import (
     MAX_SOCKET_PATH,
     NodeDirs,
     accepts,
@@ -21,8 +23,6 @@ from fixtures.noderuntime.component import (
     components,
     gpu_file,
 )
-from fixtures.sandbox import topology
-from fixtures.sandbox.config import SandboxConfig
 
 
 class StubSandbox:
@@ -65,7 +65,7 @@ def test_each_node_gets_device_agent_runtime_in_order(stub: StubSandbox) -> None
     ]
     by_name = {c.name: c for c in comps}
     runtime = by_name["runtime/gpu-a-0"].argv
-    assert runtime[1:3] == ("-m", "fixtures.noderuntime")
+    assert runtime[1:3] == ("-m", "fixtures.sandbox.noderuntime")
     args = dict(zip(runtime[3::2], runtime[4::2], strict=True))
     dirs = NodeDirs.of(stub.dir, "gpu-a-0")
     assert args == {
@@ -159,7 +159,7 @@ def test_agent_faults_reach_every_agent_or_one_nodes_and_the_hook_is_announced(s
 def test_an_earlier_agent_fault_name_reaches_the_agent_as_its_new_one(stub: StubSandbox) -> None:
     from dataclasses import replace
 
-    from fixtures.noderuntime.component import SOURCE
+    from fixtures.sandbox.noderuntime.component import SOURCE
 
     stub.config = replace(
         stub.config, agent_faults=("no-release", "gpu-a-1:no-borrowing", "gpu-a-1:leak-on-exit")
@@ -175,8 +175,8 @@ def test_an_earlier_agent_fault_name_reaches_the_agent_as_its_new_one(stub: Stub
     ("entry", "message"), [("no-such", "unknown fault"), ("gpu-z-9:no-eviction", "no node 'gpu-z-9'")]
 )
 def test_an_unknown_agent_fault_or_node_is_refused_before_anything_starts(entry: str, message: str) -> None:
-    from fixtures.noderuntime.component import SOURCE
     from fixtures.sandbox.errors import SandboxError
+    from fixtures.sandbox.noderuntime.component import SOURCE
 
     config = SandboxConfig(node_runtime=True, agent_faults=(entry,))
     with pytest.raises(SandboxError, match=message):

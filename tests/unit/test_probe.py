@@ -12,7 +12,7 @@ import pytest
 
 from conformance import probe
 from conformance.probe import CHECK_IDS, ProbeOptions, SetupError, render_table, run_probe
-from fixtures.checks import REGISTRY
+from fixtures.suite.checks import REGISTRY
 from reports.model import load_run
 
 # check -> the seeded agent fault it must catch

@@ -12,7 +12,9 @@ import yaml
 
 from reports import allure, conformance, figures, html, junit, terminal
 from reports.checklist import DEFAULT_RULES, checklist
-from reports.model import OUTCOMES, Implementation, RunRecord, load_run, record_from_dict, write_run
+from reports.environment import complete
+from reports.model import OUTCOMES, Implementation, RunRecord, load_run, record_from_dict
+from reports.records import write_run
 from reports.render import FILES, render_all
 from reports.verdicts import profile_results
 
@@ -81,10 +83,10 @@ def test_a_run_json_of_the_first_release_still_loads() -> None:
 
 
 def test_the_environment_is_completed_from_options_preflight_and_target() -> None:
-    env = load("bad-scheduler-xdist").environment_view()
+    env = complete(load("bad-scheduler-xdist"))
     assert (env.scheduler_name, env.kubernetes_version, env.gpu_product) == ("bad", "v1.36.3", "NVIDIA-H200")
     assert (env.simulated, env.gpu_count, env.gpu_memory_mib) == (True, 8, 143771)
-    given = load("node-stack-handmade").environment_view()
+    given = complete(load("node-stack-handmade"))
     assert (given.node_agent, given.agent_backend, given.driver_version, given.cuda_version) == (
         "gpuconf reference agent",
         "sim",
@@ -107,7 +109,7 @@ def test_verdict_per_profile() -> None:
 def test_conformance_report_is_valid_against_its_schema(record: RunRecord) -> None:
     data = yaml.safe_load(conformance.render_yaml(record, SUBMITTER))
     assert conformance.validate(data) == []
-    assert (data["apiVersion"], data["kind"]) == ("gpuconf.io/v1alpha1", "ConformanceReport")
+    assert (data["apiVersion"], data["kind"]) == ("gpuconf.io/v1alpha2", "ConformanceReport")
     assert data["implementation"]["contact"] == ["@example/gpu-team"]
     for profile in data["profiles"]:
         stats = profile["statistics"]
@@ -137,7 +139,7 @@ def test_conformance_report_results_and_features() -> None:
     assert all("does not support" in s["reason"] for s in scheduler["skippedChecks"])
     assert data["unsupportedFeatures"] == ["gpu-fraction", "multi-device"]
     # that run skipped preflight: what the nodes are is unknown, and the report says no more
-    assert data["mode"] == "cluster" and data["cluster"]["gpus"]["simulated"] is None
+    assert data["target"] == "cluster" and data["cluster"]["gpus"]["simulated"] is None
 
 
 @pytest.mark.parametrize(
@@ -145,7 +147,7 @@ def test_conformance_report_results_and_features() -> None:
     [
         (("kind",), "ConformanceRun"),
         (("profiles", 0, "result"), "passed"),
-        (("mode",), "kind"),
+        (("target",), "kind"),
         (("implementation", "url"), "not a url"),
         (("profiles", 0, "statistics", "failed"), -1),
     ],
@@ -315,7 +317,9 @@ def test_terminal_summary_from_the_model() -> None:
     text = terminal.summary(load("node-stack-handmade"))
     assert text.splitlines()[0].split() == ["CHECK", "LEVEL", "PARTY", "OUTCOME", "SECONDS", "REASON"]
     assert "profile stack: FAILURE (2 passed, 1 failed, 1 skipped)" in text
-    assert text.rstrip().endswith("in 312 s")
+    *_, verdict, level = text.rstrip().splitlines()
+    assert verdict.endswith("in 312 s")
+    assert level.startswith("LEVEL: NOT CONFORMANT (sandbox-verified, simulated GPUs; reference components)")
 
 
 def test_render_all_writes_every_format(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports.diff import diff
+from reports.diff import load as read
 from reports.model import RunRecord, load_run
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
@@ -97,3 +98,52 @@ def test_small_moves_are_within_the_tolerance() -> None:
     assert diff(base, base).lines() == [
         "no regression: 0 regressed, 0 recovered, 0 newly skipped, 0 figure(s) worse"
     ]
+
+
+# ----------------------------------------------------------------------------- any pair of inputs
+
+
+def _yaml(tmp_path: Path, name: str, version: str = "gpuconf.io/v1alpha2") -> Path:
+    import yaml
+
+    from reports import conformance
+
+    data = conformance.report(load_run(RUNS / name))
+    data["apiVersion"] = version
+    path = tmp_path / f"{name}-{version.rsplit('/', 1)[-1]}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_report_yaml_is_compared_like_its_run(tmp_path: Path) -> None:
+    as_run = diff(read(RUNS / "bad-scheduler-xdist"), read(RUNS / "reference-error-skips"))
+    as_yaml = diff(
+        read(_yaml(tmp_path, "bad-scheduler-xdist")), read(_yaml(tmp_path, "reference-error-skips"))
+    )
+    assert as_yaml.regressed == as_run.regressed and as_yaml.recovered == as_run.recovered
+    assert as_yaml.newly_skipped == as_run.newly_skipped
+
+
+def test_a_v1alpha1_yaml_counts_unlisted_checks_as_passed(tmp_path: Path) -> None:
+    old = read(_yaml(tmp_path, "bad-scheduler-xdist", "gpuconf.io/v1alpha1"))
+    assert {r.outcome for r in old.results} <= {"failed", "skipped", "error"}
+    d = diff(old, read(RUNS / "bad-scheduler-xdist"))
+    assert d.regressed == [] and d.recovered == [] and d.added == [] and d.removed == []
+
+
+def test_diff_reads_a_bundle_and_says_what_it_cannot_read(tmp_path: Path) -> None:
+    import shutil
+
+    from reports.cli import EXIT_INPUT
+
+    bundle = tmp_path / "out" / "0.1" / "org-project" / "scheduler-v1"
+    shutil.copytree(RUNS / "bad-scheduler-xdist", bundle)
+    assert read(tmp_path / "out").run_id == load_run(RUNS / "bad-scheduler-xdist").run_id
+    (tmp_path / "junk.yaml").write_text("- a list\n")
+    with pytest.raises(ValueError, match="not a gpuconf run"):
+        read(tmp_path / "junk.yaml")
+    from conformance.cli import main
+
+    assert (
+        main(["report", "diff", str(tmp_path / "junk.yaml"), str(RUNS / "bad-scheduler-xdist")]) == EXIT_INPUT
+    )

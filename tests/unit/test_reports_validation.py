@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from reports import conformance, html, validation
-from reports.model import Implementation, RunRecord, load_run, record_from_dict, write_run
+from reports.model import Implementation, RunRecord, load_run, record_from_dict
+from reports.records import write_run
 from reports.render import render_all
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME, result_from_reports
-from reports.model import RunRecord, write_run
+from fixtures.suite.outcomes import PROP_CHECK, PROP_EVIDENCE, PROP_OUTCOME
+from fixtures.suite.results import result_from_reports
+from reports.model import RunRecord
+from reports.records import write_run
 
 PHASES = {}
 RESULTS = []
@@ -112,3 +114,19 @@ def test_results_and_evidence_from_two_workers_reach_one_run(
         "skipped": 1,
         "error": 0,
     }
+
+
+def test_only_the_checks_judgement_fails_a_check_a_bare_assert_is_an_error() -> None:
+    from fixtures.suite.frame import fail
+    from fixtures.suite.outcomes import classify, reason_of
+
+    def info(exc: BaseException) -> pytest.ExceptionInfo[BaseException]:
+        with pytest.raises(type(exc)) as raised:
+            raise exc
+        return raised  # type: ignore[return-value]
+
+    assert classify(info(fail("the limit was not enforced"))) == "failed"
+    bare = info(AssertionError("written is not None"))
+    assert classify(bare) == "error"
+    assert reason_of(bare, "error").startswith("a check's own assumption did not hold (a suite bug")
+    assert classify(info(RuntimeError("boom"))) == "error"

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from fixtures.noderuntime.component import SOURCE as NODE_RUNTIMES
 from fixtures.sandbox import topology
 from fixtures.sandbox.components import Component, ComponentSource, Host
 from fixtures.sandbox.config import SandboxConfig
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.errors import SandboxError
+from fixtures.sandbox.noderuntime.component import SOURCE as NODE_RUNTIMES
 from fixtures.sandbox.registry import default_sources
-from fixtures.scheduler.command import SOURCE as SCHEDULER_COMMANDS
-from fixtures.scheduler.component import SOURCE as SCHEDULERS
+from fixtures.sandbox.scheduler.command import SOURCE as SCHEDULER_COMMANDS
+from fixtures.sandbox.scheduler.component import SOURCE as SCHEDULERS
 
 
 class Refuses:

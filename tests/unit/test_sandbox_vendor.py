@@ -14,7 +14,7 @@ from fixtures.sandbox import apply, topology
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.config import SandboxConfig
 from fixtures.sandbox.errors import SandboxError
-from fixtures.scheduler import command
+from fixtures.sandbox.scheduler import command
 
 STACK = Path(__file__).resolve().parents[1] / "data" / "vendor-stack"
 

@@ -18,11 +18,11 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from enforcement.reflector import Changed, Listed, Reflector
-from fixtures import manifests
 from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
 from fixtures.sandbox.errors import SandboxError
-from fixtures.scheduler import loop
-from fixtures.scheduler.loop import Scheduler, Settings
+from fixtures.sandbox.scheduler import loop
+from fixtures.sandbox.scheduler.loop import Scheduler, Settings
+from fixtures.suite import manifests
 
 
 class Reply:
@@ -337,6 +337,15 @@ def test_an_unschedulable_pod_says_why_unless_silent_unschedulable(silent: bool)
             "no GPU with 2000 MiB free: the largest free is 1000 MiB (GPU GPU-0 of node n0)"
         ]
         assert core.events == ["FailedScheduling"]
+
+
+def test_vague_unschedulable_says_why_without_naming_memory() -> None:
+    core = FakeCore()
+    scheduler = worker(core, pending("big", "2000"), faults=frozenset({"vague-unschedulable"}))
+    run_once(scheduler)
+    scheduler.recorder.flush()
+    assert scheduler.reasons["uid-big"].code == "insufficient-memory"
+    assert core.status == ["no GPU can take this Pod right now"] and core.events == ["FailedScheduling"]
 
 
 def test_a_pod_given_a_toleration_is_tried_again() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from fixtures import manifests
-from fixtures.scheduler.constraints import NodeConstraints, Refusal, Taint, node_taints
-from fixtures.scheduler.ledger import Ledger
-from fixtures.scheduler.placement import Decision, NodeInfo, Unschedulable, decide
+from fixtures.sandbox.scheduler.constraints import NodeConstraints, Refusal, Taint, node_taints
+from fixtures.sandbox.scheduler.ledger import Ledger
+from fixtures.sandbox.scheduler.placement import Decision, NodeInfo, Unschedulable, decide
+from fixtures.suite import manifests
 
 MIB = 143771
 HOST = "kubernetes.io/hostname"

@@ -10,11 +10,11 @@ import pytest
 
 from fixtures.sandbox.cli import schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
-from fixtures.scheduler import rbac
-from fixtures.scheduler.__main__ import main as scheduler_main
-from fixtures.scheduler.component import SchedulerSpec, parse_spec, parse_specs, with_faults
-from fixtures.scheduler.faults import FAULTS, UnknownFault, parse_faults
-from fixtures.scheduler.ledger import Ledger
+from fixtures.sandbox.scheduler import rbac
+from fixtures.sandbox.scheduler.__main__ import main as scheduler_main
+from fixtures.sandbox.scheduler.component import SchedulerSpec, parse_spec, parse_specs, with_faults
+from fixtures.sandbox.scheduler.faults import FAULTS, UnknownFault, parse_faults
+from fixtures.sandbox.scheduler.ledger import Ledger
 
 NODE = {"metadata": {"name": "n", "annotations": {"gpuconf.io/gpu-uuids": "GPU-a,GPU-b"}}}
 
@@ -112,6 +112,12 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "leak-completed",
         "silent-unschedulable",
         "portion-of-wrong-size",
+        "inflate-request",
+        "limit-to-gpu",
+        "default-sm-sharing",
+        "overcommit-slightly",
+        "leak-failed",
+        "vague-unschedulable",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 

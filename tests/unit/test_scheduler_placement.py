@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enforcement.contract import audit_gpus, audit_pod, read_placement
-from fixtures import manifests
-from fixtures.scheduler.faults import FAULTS
-from fixtures.scheduler.ledger import Ledger
-from fixtures.scheduler.placement import MARKER, Decision, NodeInfo, Unschedulable, decide
+from fixtures.sandbox.scheduler.faults import FAULTS
+from fixtures.sandbox.scheduler.ledger import Ledger
+from fixtures.sandbox.scheduler.placement import MARKER, Decision, NodeInfo, Unschedulable, decide
+from fixtures.suite import manifests
 
 MIB = 143771  # an H200, as the sandbox's nodes say
 
@@ -563,6 +563,58 @@ def test_fault_leak_completed_never_gives_a_finished_pods_memory_back() -> None:
     # deleted: the same
     cluster.ledger.release(f"uid-{full['metadata']['name']}")
     assert cluster.ledger.gpus() == {("gpu-a-0", "GPU-gpu-a-0-0"): MIB}
+
+
+def test_fault_inflate_request_writes_more_than_the_author_asked_for_an_absolute_request() -> None:
+    asked = {nv("main", "gpu-memory.request"): "1000Mi", nv("main", "gpu-memory.limit"): "2000Mi"}
+    written = two_nodes().place(pod(asked), faults=["inflate-request"])["metadata"]["annotations"]
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "1100Mi",
+        "2200Mi",
+    )
+    # a portion is converted as ever (portion-conversion judges that)
+    portion = two_nodes().place(pod({"gpu-fraction": "0.5"}), faults=["inflate-request"])
+    assert portion["metadata"]["annotations"][nv("main", "gpu-memory.request")] == f"{MIB // 2}Mi"
+
+
+def test_fault_limit_to_gpu_only_when_the_author_gave_no_limit() -> None:
+    bare = two_nodes().place(pod({"gpu-memory": "1000"}), faults=["limit-to-gpu"])
+    assert bare["metadata"]["annotations"][nv("main", "gpu-memory.limit")] == f"{MIB}Mi"
+    asked = {"gpu-memory": "1000", "gpu-memory.limit": "1500Mi"}
+    limited = two_nodes().place(pod(asked), faults=["limit-to-gpu"])
+    assert limited["metadata"]["annotations"][nv("main", "gpu-memory.limit")] == "1500Mi"
+
+
+def test_fault_default_sm_sharing_only_when_the_author_gave_no_mode() -> None:
+    bare = two_nodes().place(pod({"gpu-memory": "1000"}), faults=["default-sm-sharing"])
+    assert bare["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "sm-sharing"
+    asked = {"gpu-memory": "1000", nv("main", "gpu-compute.mode"): "time-slicing"}
+    kept = two_nodes().place(pod(asked), faults=["default-sm-sharing"])
+    assert kept["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "time-slicing"
+
+
+def test_fault_overcommit_slightly_takes_up_to_two_percent_past_a_gpus_memory() -> None:
+    for fault, over, fits in (([], 1, False), (["overcommit-slightly"], MIB // 100, True)):
+        cluster = Cluster(node("gpu-a-0", gpus=1), pods=[held("gpu-a-0", 0, MIB - 1000)])
+        result = cluster.decide(pod({"gpu-memory": str(1000 + over)}), faults=fault)
+        assert isinstance(result, Decision) is fits
+    far = Cluster(node("gpu-a-0", gpus=1), pods=[held("gpu-a-0", 0, MIB - 1000)])
+    assert isinstance(
+        far.decide(pod({"gpu-memory": str(1000 + MIB // 20)}), faults=["overcommit-slightly"]), Unschedulable
+    )
+
+
+def test_fault_leak_failed_keeps_a_failed_pods_memory_but_not_a_succeeded_ones() -> None:
+    full = held("gpu-a-0", 0, MIB)
+    for phase, leak, fits in (("Failed", True, False), ("Succeeded", True, True), ("Failed", False, True)):
+        cluster = Cluster(node("gpu-a-0", gpus=1))
+        cluster.ledger = Ledger(release_failed=not leak)  # how the loop builds it for "leak-failed"
+        cluster.ledger.observe(full, cluster.node_objects["gpu-a-0"])
+        cluster.ledger.observe({**full, "status": {"phase": phase}}, cluster.node_objects["gpu-a-0"])
+        assert isinstance(cluster.decide(pod({"gpu-memory": "1000"})), Decision) is fits
+    # deleted, a leaked Failed Pod is released
+    cluster.ledger.release(f"uid-{full['metadata']['name']}")
+    assert cluster.ledger.gpus() == {}
 
 
 def test_every_fault_has_a_unit_test() -> None:

@@ -26,7 +26,7 @@ from enforcement.sim.process import ServerProcess, ServerStartError
 from enforcement.sim.server import DeviceServer
 from enforcement.sim.testing import REPO_ROOT, SimNodeHarness, short_tempdir
 from enforcement.sim.topology import gpu_uuid, make_gpus
-from fixtures.waiting import wait_until
+from fixtures.suite.waiting import wait_until
 from workloads.simclient import DeviceClient
 from workloads.simwire import (
     MiB,

@@ -20,7 +20,7 @@ DEPLOY = ROOT / "conformance" / "deploy"
 
 SUITE_CODE = sorted(
     [
-        *(ROOT / "fixtures").glob("*.py"),
+        *(ROOT / "fixtures" / "suite").glob("*.py"),
         *(ROOT / "conformance").glob("test_*.py"),
         ROOT / "conformance" / "expect.py",
         ROOT / "conformance" / "dryrun.py",
@@ -56,7 +56,7 @@ METHODS: dict[str, tuple[str, str, str]] = {
     "delete_namespaced_lease": ("coordination.k8s.io", "leases", "delete"),
 }
 API_OBJECTS = {"core", "coordination", "policy"}
-"""The attributes of ``fixtures.cluster.Cluster`` that hold Kubernetes API clients."""
+"""The attributes of ``fixtures.suite.cluster.Cluster`` that hold Kubernetes API clients."""
 SIMULATED_ONLY = {("", "nodes", "create"), ("", "nodes", "patch"), ("", "nodes", "delete")}
 SIMULATED_ONLY |= {("", "nodes/status", "patch")}
 

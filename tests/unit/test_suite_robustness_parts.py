@@ -24,11 +24,11 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from fixtures import cluster as cluster_module
-from fixtures import leases as leases_module
-from fixtures.cluster import Cluster, api_failure, service_account_missing
-from fixtures.noderuntime.containers import cap_log
-from fixtures.podwatch import PodWatch
+from fixtures.sandbox.noderuntime.containers import cap_log
+from fixtures.suite import cluster as cluster_module
+from fixtures.suite import leases as leases_module
+from fixtures.suite.cluster import Cluster, api_failure, service_account_missing
+from fixtures.suite.podwatch import PodWatch
 
 # ------------------------------------------------------------------------------- api_failure
 
@@ -277,7 +277,7 @@ def test_the_end_of_a_run_survives_an_api_server_that_is_gone(
 ) -> None:
     """Cleanup with no API server: it says what it could not do and returns, so the results are
     still written (before, release_all's connection error ended the run without run.json)."""
-    from fixtures import plugin
+    from fixtures.suite import cleanup
 
     class Dead:
         def __getattr__(self, _name: str) -> Any:
@@ -291,13 +291,13 @@ def test_the_end_of_a_run_survives_an_api_server_that_is_gone(
     cluster.coordination = Dead()
     cluster.api = SimpleNamespace(configuration=SimpleNamespace(host="https://127.0.0.1:1"))
     cluster.ready = lambda timeout=5.0: False  # type: ignore[method-assign]
-    monkeypatch.setattr(plugin, "API_BACK_S", 0.2)
+    monkeypatch.setattr(cleanup, "API_BACK_S", 0.2)
     monkeypatch.setattr(cluster_module.time, "sleep", lambda _s: None)
     leases = leases_module.Leases(cluster, "run-1", "run-1/controller")
     leases._held["run-run-1"] = "1"
     state = SimpleNamespace(cluster=cluster, options=SimpleNamespace(run_id="run-1"), leases=leases)
     config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugin=lambda _name: None))
-    assert plugin._cleanup_run(state, config) == []  # type: ignore[arg-type]
+    assert cleanup.cleanup_run(state, config) == []  # type: ignore[arg-type]
     said = capsys.readouterr().err
     assert "cleanup waits up to" in said and "has not been ready" in said
     assert "could not release the run's Leases (the API server at http://127.0.0.1:" in said

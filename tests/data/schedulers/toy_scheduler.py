@@ -2,7 +2,7 @@
 
 It stands for a vendor's scheduler in the sandbox: another process, started by
 ``gpuconf sandbox up --scheduler-command``, that knows the cluster only through the Kubernetes API
-(a kubeconfig). It shares no code with ``fixtures.scheduler``: it polls (no watch), lists the
+(a kubeconfig). It shares no code with ``fixtures.sandbox.scheduler``: it polls (no watch), lists the
 whole cluster each round, and packs first-fit. The contract module parses requests and renders
 the four annotations, as any scheduler may use a library for that.
 
