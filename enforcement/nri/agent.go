@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,7 +50,27 @@ func (u unavailable) Error() string { return u.err.Error() }
 
 type agentClient struct {
 	path    string
-	timeout time.Duration
+	timeout atomic.Int64 // nanoseconds
+}
+
+func newAgentClient(path string, timeout time.Duration) *agentClient {
+	c := &agentClient{path: path}
+	c.timeout.Store(int64(timeout))
+	return c
+}
+
+// limit keeps one agent request below the runtime's own request timeout: a plugin that answers
+// containerd late is dropped by it, while an agent that answers the plugin late only refuses a
+// fractional container (fail closed) and leaves the plugin registered.
+func (c *agentClient) limit(runtimeTimeout time.Duration) time.Duration {
+	if runtimeTimeout <= 0 {
+		return time.Duration(c.timeout.Load())
+	}
+	ceiling := runtimeTimeout - runtimeTimeout/4
+	if time.Duration(c.timeout.Load()) > ceiling {
+		c.timeout.Store(int64(ceiling))
+	}
+	return time.Duration(c.timeout.Load())
 }
 
 func (c *agentClient) call(request map[string]any) (*reply, error) {
@@ -57,12 +78,13 @@ func (c *agentClient) call(request map[string]any) (*reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := net.DialTimeout("unix", c.path, c.timeout)
+	timeout := time.Duration(c.timeout.Load())
+	conn, err := net.DialTimeout("unix", c.path, timeout)
 	if err != nil {
 		return nil, unavailable{fmt.Errorf("node agent hook %s did not answer: %w", c.path, err)}
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(c.timeout))
+	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write(append(data, '\n')); err != nil {
 		return nil, unavailable{fmt.Errorf("node agent hook %s: %w", c.path, err)}
 	}

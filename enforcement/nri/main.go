@@ -32,7 +32,7 @@ func main() {
 	flag.StringVar(&opts.name, "name", "gpuconf", "the plugin name registered with NRI")
 	flag.StringVar(&opts.idx, "idx", "50", "the plugin index (order among NRI plugins)")
 	flag.DurationVar(&opts.agentTimeout, "agent-timeout", 5*time.Second,
-		"how long one agent request may take (keep below the runtime's plugin_request_timeout)")
+		"how long one agent request may take (at most 3/4 of the runtime's plugin_request_timeout: lowered to that)")
 	flag.DurationVar(&opts.heartbeat, "heartbeat", time.Second, "how often the registration is reported to the agent")
 	flag.DurationVar(&opts.retry, "reconnect", time.Second, "wait before connecting to the runtime again")
 	flag.Parse()
@@ -41,7 +41,7 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	p := newPlugin(opts, &agentClient{path: opts.agentSocket, timeout: opts.agentTimeout})
+	p := newPlugin(opts, newAgentClient(opts.agentSocket, opts.agentTimeout))
 	if err := p.run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuconf-nri-plugin:", err)
 		os.Exit(1)

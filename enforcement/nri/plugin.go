@@ -26,6 +26,7 @@ type options struct {
 
 type agent interface {
 	call(request map[string]any) (*reply, error)
+	limit(runtimeTimeout time.Duration) time.Duration
 }
 
 type tracked struct {
@@ -36,6 +37,8 @@ type tracked struct {
 type plugin struct {
 	opts  options
 	agent agent
+
+	stub stub.Stub // the current connection's, for the runtime's request timeout
 
 	mu          sync.Mutex
 	containers  map[string]*tracked // by container id
@@ -74,8 +77,14 @@ func fractional(pod *api.PodSandbox, container string) bool {
 func (p *plugin) Configure(_ context.Context, _, runtime, version string) (stub.EventMask, error) {
 	p.mu.Lock()
 	p.runtime = runtime + " " + version
+	s := p.stub
 	p.mu.Unlock()
-	log.Printf("configured by %s %s", runtime, version)
+	var requestTimeout time.Duration
+	if s != nil {
+		requestTimeout = s.RequestTimeout()
+	}
+	log.Printf("configured by %s %s (request timeout %s; agent requests time out after %s)",
+		runtime, version, requestTimeout, p.agent.limit(requestTimeout))
 	return 0, nil // 0: every event implemented here
 }
 
@@ -288,6 +297,9 @@ func (p *plugin) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("cannot create the NRI stub: %w", err)
 		}
+		p.mu.Lock()
+		p.stub = s
+		p.mu.Unlock()
 		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Printf("NRI connection to %s: %v; connecting again in %s", p.opts.nriSocket, err, p.opts.retry)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 )
@@ -17,6 +18,18 @@ type fakeAgent struct {
 func (f *fakeAgent) call(request map[string]any) (*reply, error) {
 	f.requests = append(f.requests, request)
 	return f.answer, f.err
+}
+
+func (f *fakeAgent) limit(time.Duration) time.Duration { return 0 }
+
+func TestAgentRequestsStayBelowTheRuntimesTimeout(t *testing.T) {
+	c := newAgentClient("/nowhere", 5*time.Second)
+	if got := c.limit(2 * time.Second); got != 1500*time.Millisecond {
+		t.Fatalf("under containerd's default 2s: %s", got)
+	}
+	if got := newAgentClient("/nowhere", 5*time.Second).limit(10 * time.Second); got != 5*time.Second {
+		t.Fatalf("under 10s: %s", got)
+	}
 }
 
 func pod(annotations map[string]string) *api.PodSandbox {
