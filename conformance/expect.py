@@ -185,14 +185,15 @@ def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, exp
     problems = []
     if len(gpus) != expected or len(set(gpus)) != len(gpus):
         problems.append(
-            f"got {len(gpus)} GPU(s) ({len(set(gpus))} distinct: {written}) but asked for {expected}"
+            f"got {len(gpus)} GPU(s) ({len(set(gpus))} distinct: {written}) but asked for {expected} "
+            "[devices-count]"
         )
     for gpu in gpus:
         is_index = gpu.isdigit()
         if (is_index and count is not None and int(gpu) >= count) or (
             not is_index and uuids and gpu not in uuids
         ):
-            problems.append(f"GPU {gpu} is not one of node {snapshot.node}'s {count} GPUs")
+            problems.append(f"GPU {gpu} is not one of node {snapshot.node}'s {count} GPUs [devices-unknown]")
     suite.evidence.pod(name, devicesWritten=written, nodeGpus=list(uuids) or count)
     if problems:
         raise fail(f"{name}: " + "; ".join(problems))

@@ -14,7 +14,7 @@ from conformance.expect import (
     portion_range,
     values_must_be_as_asked,
 )
-from enforcement.contract import SM_SHARING, SUFFIX_REQUEST, TIME_SLICING, nvidia_key
+from enforcement.contract import SM_SHARING, SUFFIX_LIMIT, SUFFIX_REQUEST, TIME_SLICING, nvidia_key
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 
@@ -73,9 +73,10 @@ def test_limit_and_mode_at_bind(suite: Suite) -> None:
     at_bind = suite.must_be_bound(name, "it asks for a quarter of one idle GPU")
     missing = limit_and_mode_present(at_bind)
     if missing:
+        rule = " [limit-missing]" if nvidia_key("main", SUFFIX_LIMIT) in missing else ""
         raise fail(
             f"{name}: at binding, {', '.join(missing)} missing (the node then assumes limit = "
-            "request and time-slicing)"
+            f"request and time-slicing){rule}"
         )
 
 

@@ -57,7 +57,7 @@ def gpus_must_not_be_overcommitted(suite: Suite) -> None:
     loads = {gpu: load.request_mib for gpu, load in suite.loads_on().items()}
     suite.evidence.fact("requestedMiBPerGpu", loads)
     if violations:
-        raise fail("; ".join(v.message for v in violations))
+        raise fail("; ".join(f"{v.message} [{v.rule}]" for v in violations))
 
 
 @check(

@@ -70,5 +70,5 @@ def test_devices_scheduler_owned(suite: Suite) -> None:
     if set(gpus) & set(taken):
         raise fail(
             f"{name} named GPU {self_assigned} itself and got it, though {filler} already holds 0.8 of it: "
-            "the scheduler kept a device assignment it did not make"
+            "the scheduler kept a device assignment it did not make [devices-set-by-author]"
         )

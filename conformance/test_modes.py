@@ -22,7 +22,7 @@ def modes_must_not_mix(suite: Suite) -> None:
             f"GPU {gpu} holds " + ", ".join(f"{s.pod} ({s.mode})" for s in load.shares)
             for gpu, load in mixed.items()
         ]
-        raise fail("time-slicing and sm-sharing on one GPU: " + "; ".join(parts))
+        raise fail("time-slicing and sm-sharing on one GPU: " + "; ".join(parts) + " [mode-mixing]")
 
 
 @check(
@@ -51,7 +51,8 @@ def test_mode_separation(suite: Suite) -> None:
         overlap = sorted(set(gpus) & set(sliced_gpus))
         if overlap:
             raise fail(
-                f"{shared} (sm-sharing) was placed on GPU {', '.join(overlap)} beside {sliced} (time-slicing)"
+                f"{shared} (sm-sharing) was placed on GPU {', '.join(overlap)} beside {sliced} "
+                "(time-slicing) [mode-mixing]"
             )
     modes_must_not_mix(suite)
 
@@ -77,5 +78,5 @@ def test_modes_side_by_side(suite: Suite) -> None:
         suite.must_be_bound(shared, f"the node has {suite.node.gpu_count - 1} other idle GPU(s)"),
     )
     if set(shared_gpus) & set(sliced_gpus):
-        raise fail(f"{shared} (sm-sharing) shares a GPU with {sliced} (time-slicing)")
+        raise fail(f"{shared} (sm-sharing) shares a GPU with {sliced} (time-slicing) [mode-mixing]")
     modes_must_not_mix(suite)

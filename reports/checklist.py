@@ -5,8 +5,9 @@ enforces and ``gpuconf checklist`` prints). Which checks judge a rule comes from
 (``CheckResult.rules``, declared with the check) or, when a result names none, from the table
 below. A rule is:
 
-- ``failed`` when a failed check's message names it (``[rule-id, ...]``, as the contract module
-  writes it), or when a check that judges it failed naming none of its rules;
+- ``failed`` only when a failed check's finding names it (``[rule-id, ...]``, as the contract module
+  writes it): a check that failed on something else says nothing of the rule's other items (a
+  scheduler that writes no annotations breaks ``memory-missing``, not the author-side rules);
 - ``passed`` when a check that judges it passed;
 - ``error`` / ``skipped`` when its checks could not be judged or were skipped;
 - ``not judged`` when no check of this run judges it (lint covers it on manifests), or its only
@@ -86,12 +87,6 @@ def checklist(record: RunRecord) -> list[tuple[str, list[Item]]]:
         for rule in rules:
             judging = [r for r in record.results if rule.id in rules_of(r)]
             failing = [r for r in record.results if r.outcome == "failed" and _names(r, rule.id)]
-            # a failed check that names none of its rules: each of them may be the broken one
-            failing += [
-                r
-                for r in judging
-                if r.outcome == "failed" and r not in failing and not any(_names(r, x) for x in rules_of(r))
-            ]
             outcomes = {r.outcome for r in judging}
             if failing:
                 status = "failed"
