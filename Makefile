@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup binaries conformance test unit integration lint bench mutation sandbox-up sandbox-down clean
+.PHONY: setup binaries runtime conformance test unit integration lint bench mutation sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,12 +15,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP) binaries
+setup: $(STAMP) binaries runtime
 
 # Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler once per machine
 # (cached per user, outside the checkout); later calls only print the cached folder.
 binaries: $(STAMP)
 	$(BIN)/gpuconf sandbox build
+
+# The real node runtime of the NRI test (tests/integration/test_nri_containerd.py): containerd 2.x,
+# ctr, crictl and gpuconf's NRI plugin, built once per machine and cached beside the binaries above
+# (runc and busybox come from the system's packages; .ci/run installs them). A failure here does not
+# stop the other tests: the NRI test then fails itself, saying what is missing.
+runtime: binaries
+	-$(BIN)/gpuconf sandbox build --runtime
 
 # One command: set everything up, bring the sandbox up, run the conformance suite, write the report.
 conformance: setup

@@ -3,7 +3,10 @@
 ``python -m enforcement.agent --node NAME --kubeconfig PATH --backend sim --sim-dir DIR
 --hook-socket PATH [--metrics-port PORT] [--fail-open] [--sim-admin-token-env NAME]
 [--announce-restart-hook]`` (the sandbox's node wiring starts it so); on a real cluster it runs in
-the DaemonSet of ``enforcement/deploy`` with ``--backend mps`` and the in-cluster service account.
+the DaemonSet of ``enforcement/deploy`` with ``--backend mps``, the in-cluster service account and
+``--require-nri-plugin``: there the hook's caller is the NRI plugin of ``enforcement/nri``, and the
+node condition is False (``NRIPluginNotRegistered``) unless the plugin reported its registration
+with containerd within the last ``NRI_PLUGIN_TIMEOUT_S`` seconds.
 
 Run as a plain process (not a Pod), ``--announce-restart-hook`` makes it re-execute itself on
 SIGHUP (a full restart that keeps the pid) and say so on its Node (``enforcement.agent.restart``):
@@ -42,7 +45,7 @@ from typing import Any
 from enforcement.agent import kube as k
 from enforcement.agent import restart
 from enforcement.agent.evictor import Evictor
-from enforcement.agent.handler import AgentCore
+from enforcement.agent.handler import REASON_PLUGIN_MISSING, AgentCore
 from enforcement.agent.metrics import Metrics, MetricsServer
 from enforcement.agent.options import FAULT_ALIASES, FAULTS, AgentOptions, canonical_fault
 from enforcement.agent.watching import PodWatcher
@@ -51,6 +54,11 @@ from enforcement.contract import NODE_GPU_UUIDS, node_gpu_uuids
 from enforcement.hook import HookServer
 
 DEFAULT_SIM_TOKEN_ENV = "GPUCONF_SIM_ADMIN_TOKEN"
+NRI_PLUGIN_TIMEOUT_S = 5.0
+"""The plugin reports every second; after this long without a report it counts as not registered."""
+NRI_PLUGIN_READINESS_PERIOD_S = 10.0
+"""Declared: the node condition turns False within this long of the plugin stopping (its timeout,
+one health interval and the condition's write)."""
 
 
 def make_log(node: str) -> Callable[[str], None]:
@@ -70,6 +78,11 @@ class HealthLoop:
         self._written: tuple[bool, str] | None = None
         self._written_at = -1e9
         self.ok: bool | None = None
+        """The backend's health as last seen."""
+        self.plugin_ok: bool | None = None
+        """The NRI plugin's registration as last seen (always True when none is expected)."""
+        self.ready: bool | None = None
+        """The node condition's status as last decided (backend and plugin): what ``/healthz`` says."""
 
     def run_once(self) -> None:
         core = self.core
@@ -86,11 +99,24 @@ class HealthLoop:
                 f"backend {core.backend.name}: {'ready' if health.ok else 'UNAVAILABLE'}: {health.message}"
             )
         self.ok = health.ok
+        ok, reason, message = health.ok, health.reason, health.message
+        plugin_ok, plugin_message = core.plugin_health()
+        if plugin_ok and plugin_message and ok:
+            message = f"{message}; {plugin_message}"
+        elif not plugin_ok:
+            # The condition says which part is missing: the backend's reason wins when both are.
+            reason = reason if not ok else REASON_PLUGIN_MISSING
+            message = f"{message}; {plugin_message}" if not ok else plugin_message
+            ok = False
+        if plugin_ok != self.plugin_ok:
+            core.log(f"NRI plugin: {'ready' if plugin_ok else 'MISSING'}: {plugin_message}")
+            self.plugin_ok = plugin_ok
+        self.ready = ok
         now = time.monotonic()
-        state = (health.ok, health.reason)
+        state = (ok, reason)
         if state != self._written or now - self._written_at >= core.options.heartbeat_s:
             try:
-                core.kube.set_condition(health.ok, health.reason, health.message)
+                core.kube.set_condition(ok, reason, message)
             except k.KubeError as exc:
                 core.log(f"could not write the node condition: {exc}")
                 return
@@ -194,7 +220,7 @@ class Agent:
                 self.metrics,
                 self.core.registry,
                 self.core.backend.usage,
-                lambda: bool(self.health.ok),
+                lambda: bool(self.health.ready),
                 bind=self._metrics_bind,
             ).start()
         return {
@@ -205,6 +231,8 @@ class Agent:
             "adopted": adopted,
             "metrics_port": self.metrics_server.port if self.metrics_server else 0,
             "fail_open": self.options.fails_open,
+            "nri_plugin_timeout_s": self.options.nri_plugin_timeout_s,
+            "hook_incarnation": self._hook.incarnation,
             "faults": sorted(self.options.faults),
             "pid": os.getpid(),
         }
@@ -243,6 +271,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--mps-root", default="/run/gpuconf/mps", help="mps backend: pipe, log and state directory"
     )
     p.add_argument("--hook-socket", required=True, help="Unix socket the node runtime calls (NRI-like hook)")
+    p.add_argument(
+        "--require-nri-plugin",
+        type=float,
+        nargs="?",
+        const=NRI_PLUGIN_TIMEOUT_S,
+        default=None,
+        metavar="S",
+        help="the node's runtime calls the hook through the NRI plugin (enforcement/nri): the node "
+        "condition is False unless the plugin reported its registration within S seconds "
+        f"(default {NRI_PLUGIN_TIMEOUT_S:g})",
+    )
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port (0: off)")
     p.add_argument("--metrics-bind", default="0.0.0.0", help="address the metrics server binds")
     p.add_argument(
@@ -311,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             node=args.node,
             fail_open=args.fail_open,
             evict_interval_s=max(0.01, args.evict_interval),
+            nri_plugin_timeout_s=args.require_nri_plugin,
             faults=frozenset(args.fault),
         )
         backend = make_backend(args)

@@ -68,7 +68,10 @@ from enforcement.backends import (
     ModeConflict,
 )
 from enforcement.contract import SUFFIX_DEVICES, Fraction, nvidia_key, read_placement, resolve_device
-from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, RunningContainer
+from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, PluginStatus, RunningContainer
+
+REASON_PLUGIN_MISSING = "NRIPluginNotRegistered"
+"""The node condition's reason while the NRI plugin is not registered with the container runtime."""
 
 REASON_CREATE_ERROR = "CreateContainerError"
 """Kubelet's waiting reason for a start that failed for a transient reason (backend unreachable)."""
@@ -114,6 +117,8 @@ class AgentCore:
         self._admit = threading.RLock()
         self._orphans: set[str] = set()
         """Clients to release once the backend answers again (a detach that could not go through)."""
+        self._plugin: tuple[PluginStatus, float] | None = None
+        self._plugin_lock = threading.Lock()
 
     @property
     def node(self) -> str:
@@ -185,8 +190,10 @@ class AgentCore:
         visible = gpus
         if self.options.has("wrong-visible-devices"):
             visible = self._visible_with_faults(gpus, node_gpus)
-        env = enforcement_env(fraction, visible, self.backend.pipe_directory(fraction.mode), attachment.env)
-        return Adjustment(True, env=env)
+        pipe_directory = self.backend.pipe_directory(fraction.mode)
+        env = enforcement_env(fraction, visible, pipe_directory, attachment.env)
+        mounts = tuple(dict.fromkeys((pipe_directory, *getattr(attachment, "mounts", ()))))
+        return Adjustment(True, env=env, mounts=mounts)
 
     def _client_request(
         self, ref: ContainerRef, name: str, fraction: Fraction, gpus: tuple[str, ...]
@@ -329,6 +336,43 @@ class AgentCore:
         self.kube.event(ref, k.WARNING, k.REASON_BACKEND_UNAVAILABLE, message)
         return Adjustment(False, reason=REASON_CREATE_ERROR, message=message)
 
+    # ------------------------------------------------------------------ the NRI plugin
+
+    def plugin_status(self, status: PluginStatus) -> None:
+        """The NRI plugin's report (every second while it runs): registered with the runtime or not."""
+        with self._plugin_lock:
+            previous = self._plugin[0] if self._plugin is not None else None
+            self._plugin = (status, self.clock())
+        if previous is None or previous.registered != status.registered:
+            state = "registered with" if status.registered else "NOT registered with"
+            runtime = status.runtime or "the runtime"
+            self.log(f"NRI plugin {status.plugin or '?'} (pid {status.pid}): {state} {runtime}")
+
+    def plugin_health(self) -> tuple[bool, str]:
+        """Whether the node's containers are fenced at all: (ok, why not). Always ok when no plugin is
+        expected (``AgentOptions.nri_plugin_timeout_s`` None: the simulated kubelet calls the hook)."""
+        timeout = self.options.nri_plugin_timeout_s
+        if timeout is None:
+            return True, ""
+        with self._plugin_lock:
+            last = self._plugin
+        unfenced = "containerd starts this node's containers unfenced without it"
+        if last is None:
+            return False, f"the NRI plugin has not reported to the agent yet; {unfenced}"
+        status, at = last
+        age = self.clock() - at
+        if age > timeout:
+            return False, (
+                f"the NRI plugin {status.plugin} has not reported for {age:.0f} s (more than "
+                f"{timeout:g} s: not running, or its agent socket is unreachable); {unfenced}"
+            )
+        if not status.registered:
+            return False, (
+                f"the NRI plugin {status.plugin} runs but is not registered with the container runtime; "
+                f"{unfenced}"
+            )
+        return True, f"NRI plugin {status.plugin} registered with {status.runtime or 'the runtime'}"
+
     # ------------------------------------------------------------------ StopContainer
 
     def stop_container(self, ref: ContainerRef, exit_code: int | None) -> None:
@@ -449,7 +493,7 @@ class AgentCore:
                     continue
                 if tracked.client not in present:
                     self._fence_lost(tracked)
-                else:
+                elif item.pid > 0:  # NRI may not know a pid (0): nothing to track then
                     self.backend.track_process(tracked.client, item.pid)
             if not recover:
                 return

@@ -60,6 +60,10 @@ class AgentOptions:
     """The Pod watch lists again this often (a list is what reveals a deletion nobody saw)."""
     eviction_retry_s: float = 2.0
     """After the Eviction API refused (429, an API error), wait this long before trying that Pod again."""
+    nri_plugin_timeout_s: float | None = None
+    """When set, the node's containers are fenced through the NRI plugin (``enforcement/nri``): the
+    node condition is False unless the plugin reported, within this many seconds, that it is
+    registered with the container runtime. None: the hook's caller is the simulated kubelet."""
     faults: frozenset[str] = field(default_factory=frozenset)
     """Seeded faults (``FAULTS``, or an alias of ``FAULT_ALIASES``: kept as its canonical name);
     empty in every real deployment."""

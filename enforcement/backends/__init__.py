@@ -127,6 +127,9 @@ class Attachment:
 
     client: str
     env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
+    """Host paths a container must see at the same path to reach its device (the simulated device's
+    client socket); the MPS pipe directory is the agent's to add, for every backend."""
 
 
 # ---- state

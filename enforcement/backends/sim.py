@@ -79,6 +79,7 @@ class SimBackend:
         self._close_admin = close_admin
         self.client_socket = client_socket
         self._pipe_root = pipe_root
+        self._make_pipe_dirs = False
         self._lock = threading.Lock()
         self._conns: dict[str, _Admin] = {}
         self._gpus: tuple[GpuInfo, ...] = ()
@@ -101,7 +102,9 @@ class SimBackend:
             if isinstance(admin, AdminClient):
                 admin.close()
 
-        return cls(connect, str(directory / CLIENT_SOCKET_NAME), str(directory / "mps"), close)
+        backend = cls(connect, str(directory / CLIENT_SOCKET_NAME), str(directory / "mps"), close)
+        backend._make_pipe_dirs = True  # a real container binds them (the NRI plugin): they must exist
+        return backend
 
     @classmethod
     def in_process(
@@ -182,6 +185,8 @@ class SimBackend:
                 admin.detach(request.name, "stopped")
                 return admin.attach(spec)
 
+        if self._make_pipe_dirs:
+            os.makedirs(self.pipe_directory(request.mode), exist_ok=True)
         try:
             reply = self._call("control", attach)
         except SimModeConflict as exc:
@@ -189,7 +194,8 @@ class SimBackend:
             raise ModeConflict(r.message, r.uuid, r.client, r.mode, r.other_client, r.other_mode) from None
         except SimError as exc:
             raise AttachRefused(f"simulated GPU device refused client {request.name}: {exc}") from None
-        return Attachment(reply.client, {SIM_SOCKET_ENV: self.client_socket, SIM_TOKEN_ENV: reply.token})
+        env = {SIM_SOCKET_ENV: self.client_socket, SIM_TOKEN_ENV: reply.token}
+        return Attachment(reply.client, env, mounts=(self.client_socket,) if self.client_socket else ())
 
     def detach(self, client: str, reason: str = "stopped") -> None:
         def detach(admin: _Admin) -> None:

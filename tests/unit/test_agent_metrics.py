@@ -132,13 +132,21 @@ def test_daemonset_targets_gpu_nodes_with_a_placeholder_image_and_the_agent_cli(
     ds = load("daemonset.yaml")
     spec = ds["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    (container,) = spec["containers"]
-    assert container["image"] == "gpuconf-agent:TAG"  # no registry host
+    container, plugin = spec["containers"]
+    assert container["image"] == plugin["image"] == "gpuconf-agent:TAG"  # no registry host
     assert container["command"][-2:] == ["-m", "enforcement.agent"]
-    from enforcement.agent.agent import build_parser
+    from enforcement.agent.agent import NRI_PLUGIN_TIMEOUT_S, build_parser
 
     args = build_parser().parse_args(container["args"])
     assert args.backend == "mps" and args.metrics_port == 9464
+    assert args.require_nri_plugin == NRI_PLUGIN_TIMEOUT_S  # Ready only while the plugin is registered
+    # The NRI plugin beside it: containerd's NRI socket and the agent's hook socket, both mounted.
+    assert plugin["command"] == ["/usr/local/bin/gpuconf-nri-plugin"]
+    assert "--agent-socket=/var/run/gpuconf/agent.sock" in plugin["args"]
+    assert "--nri-socket=/var/run/nri/nri.sock" in plugin["args"]
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
+    assert volumes["nri"] == mounts["nri"] == "/var/run/nri" and mounts["hook"] == "/var/run/gpuconf"
     kustomization = load("kustomization.yaml")
     assert sorted(kustomization["resources"]) == sorted(
         p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"
