@@ -22,6 +22,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import sonobuoy
+from enforcement.implementations import DescriptionError, combine, resolve
+from enforcement.implementations import known_names as known_implementations
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
 from fixtures.suite.checks import FEATURES, PROFILES, SUITE_PROFILES
@@ -47,6 +49,10 @@ def validate(args: argparse.Namespace) -> str | None:
     for f in _csv(args.supported_features) + _csv(args.exempt_features):
         if f not in FEATURES:
             return f"feature {f!r}: unknown; known: {', '.join(FEATURES)}"
+    try:
+        combine(resolve(name) for name in _csv(getattr(args, "implementation", None)))
+    except DescriptionError as exc:
+        return f"--implementation: {exc}"
     known = {c.id for c in load_checks()}
     for c in _csv(args.check):
         if c not in known:
@@ -90,6 +96,7 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         ("--supported-features", args.supported_features),
         ("--exempt-features", args.exempt_features),
         ("--check", args.check),
+        ("--implementation", args.implementation),
     ):
         for value in values or []:
             out.append(f"{name}={value}")
@@ -276,6 +283,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     target.add_argument(
         "--exempt-features", action="append", default=None, help="features it does not support"
+    )
+    target.add_argument(
+        "--implementation",
+        action="append",
+        default=None,
+        metavar="NAME|FILE",
+        help="the implementation under test: a built-in ("
+        + ", ".join(known_implementations())
+        + ") or a description file; repeatable, to name the node and the scheduler parts separately. "
+        "Without it, detected from the cluster. It supplies the features --supported-features does not",
     )
     how = parser.add_argument_group("how")
     how.add_argument(
