@@ -60,6 +60,10 @@ class AgentOptions:
     """The Pod watch lists again this often (a list is what reveals a deletion nobody saw)."""
     eviction_retry_s: float = 2.0
     """After the Eviction API refused (429, an API error), wait this long before trying that Pod again."""
+    emulate: str = ""
+    """A built-in node implementation whose mechanisms the agent reproduces (``--emulate``): its
+    condition, env dialect and the mechanisms it claims, while enforcing the same effects; empty:
+    the reference agent's own (``enforcement.implementations``)."""
     faults: frozenset[str] = field(default_factory=frozenset)
     """Seeded faults (``FAULTS``, or an alias of ``FAULT_ALIASES``: kept as its canonical name);
     empty in every real deployment."""

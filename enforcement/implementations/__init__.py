@@ -589,3 +589,18 @@ def node_label(name: str) -> str:
     """A GPU feature discovery label (``gpuCount``, ``gpuMemory``, ``gpuProduct``, ``gpuPresent``) as
     the reference description names it: the one place these label names are defined."""
     return reference_node().node_labels[name]
+
+
+SCHEMA_FILE: Final = Path(__file__).parent / "schema.json"
+
+
+def schema_document() -> dict[str, Any]:
+    """The description format as a JSON schema (``schema.json`` is this, written out)."""
+    from enforcement.implementations.spec import json_schema
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "gpuconf.io/v1alpha1/Implementation",
+        "title": "gpuconf implementation description",
+        **json_schema(SPEC),
+    }
