@@ -97,6 +97,8 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         ("--exempt-features", args.exempt_features),
         ("--check", args.check),
         ("--implementation", args.implementation),
+        ("--pod-label", args.pod_label),
+        ("--pod-annotation", args.pod_annotation),
     ):
         for value in values or []:
             out.append(f"{name}={value}")
@@ -105,6 +107,8 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         ("--gpu-node-selector", args.gpu_node_selector),
         ("--agent-namespace", args.agent_namespace),
         ("--agent-selector", args.agent_selector),
+        ("--priority-class", args.priority_class),
+        ("--pod-overlay", str(Path(args.pod_overlay).resolve()) if args.pod_overlay else None),
     ):
         if value:
             out.append(f"{name}={value}")
@@ -313,6 +317,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--agent-namespace", default=None, help="namespace of the node agent's Pods (agent-restart)"
     )
     how.add_argument("--agent-selector", default=None, help="label selector of the node agent's Pods")
+    how.add_argument(
+        "--pod-label",
+        action="append",
+        default=None,
+        metavar="K=V",
+        help="a label on every Pod the suite creates (repeatable; over the implementation's defaults)",
+    )
+    how.add_argument(
+        "--pod-annotation",
+        action="append",
+        default=None,
+        metavar="K=V",
+        help="an annotation on every Pod (repeatable)",
+    )
+    how.add_argument("--priority-class", default=None, metavar="NAME", help="priorityClassName of every Pod")
+    how.add_argument(
+        "--pod-overlay",
+        default=None,
+        metavar="FILE",
+        help="a strategic-merge patch (YAML) for every Pod the suite creates",
+    )
     how.add_argument(
         "--baseline", type=Path, default=None, help="an earlier run (dir or run.json): exit 1 on a regression"
     )

@@ -211,3 +211,56 @@ def test_dialect_env_per_generation() -> None:
         pr["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
         and pr["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     )
+
+
+# ---- Pod decorations ------------------------------------------------------------------------
+
+
+def test_decorations_never_override_the_suites_own() -> None:
+    from fixtures.suite.decorations import Decorations, decorate, pairs
+
+    body = {
+        "metadata": {
+            "labels": {"gpuconf.io/run": "r"},
+            "annotations": {"nvidia.com/container.main.gpu-memory.request": "1Gi"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "i"}]},
+    }
+    deco = Decorations(
+        labels={"kai.scheduler/queue": "q", "gpuconf.io/run": "other"},
+        annotations={"nvidia.com/container.main.gpu-memory.request": "9Gi", "team": "a"},
+        priority_class="high",
+        overlay={
+            "spec": {
+                "containers": [{"name": "main", "env": [{"name": "X", "value": "1"}]}],
+                "tolerations": [{"key": "k"}],
+            }
+        },
+    )
+    out = decorate(body, deco)
+    assert out["metadata"]["labels"] == {"kai.scheduler/queue": "q", "gpuconf.io/run": "r"}
+    assert out["metadata"]["annotations"]["nvidia.com/container.main.gpu-memory.request"] == "1Gi"
+    assert out["metadata"]["annotations"]["team"] == "a"
+    assert out["spec"]["priorityClassName"] == "high"
+    assert out["spec"]["containers"] == [{"name": "main", "image": "i", "env": [{"name": "X", "value": "1"}]}]
+    assert pairs(["a=1,b=2", "c=3"], "--pod-label") == {"a": "1", "b": "2", "c": "3"}
+    with pytest.raises(ValueError, match="--pod-label 'nope': expected KEY=VALUE"):
+        pairs(["nope"], "--pod-label")
+
+
+def test_kai_supplies_its_queue_label() -> None:
+    from fixtures.suite.frame import RunOptions
+
+    options = RunOptions(
+        "kai-scheduler", ("scheduler",), frozenset(), "r", scheduler_implementation="kai-scheduler"
+    )
+    assert options.decorations().labels == {"kai.scheduler/queue": "default-queue"}
+    mine = RunOptions(
+        "kai-scheduler",
+        ("scheduler",),
+        frozenset(),
+        "r",
+        scheduler_implementation="kai-scheduler",
+        pod_labels={"kai.scheduler/queue": "team-a"},
+    )
+    assert mine.decorations().labels == {"kai.scheduler/queue": "team-a"}
