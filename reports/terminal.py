@@ -26,6 +26,15 @@ def summary_table(record: RunRecord) -> list[str]:
 def summary(record: RunRecord) -> str:
     """The table, one verdict line per profile, then the run's verdict."""
     lines = summary_table(record)
+    lines += not_judged_lines(record)
+    lines += [f"profile {p.summary()}" for p in profile_results(record)]
+    lines.append(record.verdict_line())
+    return "\n".join(lines) + "\n"
+
+
+def not_judged_lines(record: RunRecord) -> list[str]:
+    """What passed checks did not judge for this implementation, and the implementation itself."""
+    lines: list[str] = []
     unjudged = [(r.key, n) for r in record.results for n in r.notes if n.startswith("not judged: ")]
     if unjudged:
         lines.append("parts of passed checks not judged for this implementation:")
@@ -36,6 +45,4 @@ def summary(record: RunRecord) -> str:
             f"implementation: node {under['node'].get('name')} ({under['node'].get('chosen')}); scheduler "
             f"{(under.get('scheduler') or {}).get('name')} ({(under.get('scheduler') or {}).get('chosen')})"
         )
-    lines += [f"profile {p.summary()}" for p in profile_results(record)]
-    lines.append(record.verdict_line())
-    return "\n".join(lines) + "\n"
+    return lines
