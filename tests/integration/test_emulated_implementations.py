@@ -24,6 +24,9 @@ from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 pytestmark = pytest.mark.sandbox
 
 CHECKS = ("env-injection", "mode-applied", "fail-closed", "smi-visibility", "cuda-visibility")
+TOY = Path(__file__).resolve().parents[2] / "tests" / "data" / "schedulers" / "toy_scheduler.py"
+KAI_LIKE = f"{sys.executable} {TOY} --kubeconfig {{kubeconfig}} --name toy-kai --kai-like"
+SCHEDULER_CHECKS = ("annotations-at-bind", "memory-fit", "portion-conversion")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxConfig]:
         ports=Ports.free(),
         schedulers=("reference",),
         node_runtime=True,
+        scheduler_commands=(KAI_LIKE,),
     )
     Sandbox(cfg).up(log=print)
     try:
@@ -124,3 +128,34 @@ def test_declared_generation_the_cluster_contradicts_stops_preflight(
 def test_unknown_implementation_exits_2_listing_the_known(config: SandboxConfig, tmp_path: Path) -> None:
     rc, _record, output = gpuconf_run(Sandbox(config), tmp_path, "--implementation", "operator-gen9")
     assert rc == 2 and "known: contract-scheduler, gpuconf-reference" in output
+
+
+def kai_run(box: Sandbox, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig)]
+    argv += ["--scheduler-name", "toy-kai", "--profile", "scheduler", "--report-dir", str(out)]
+    argv += [a for c in SCHEDULER_CHECKS for a in ("--check", c)] + list(extra)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    run = out / "run.json"
+    record = json.loads(run.read_text()) if run.exists() else {}
+    return proc.returncode, record, proc.stdout + proc.stderr
+
+
+def test_kai_like_scheduler_certified_through_its_defaults(config: SandboxConfig, tmp_path: Path) -> None:
+    box = emulating(config, "operator-gen3")
+    rc, record, output = kai_run(box, tmp_path, "--implementation", "kai-scheduler")
+    assert rc == 0, output
+    assert record["implementationUnderTest"]["podDecorations"]["labels"] == {
+        "kai.scheduler/queue": "default-queue"
+    }
+    rc, _record, output = kai_run(box, tmp_path / "label", "--pod-label", "kai.scheduler/queue=team-a")
+    assert rc == 0, output
+
+
+def test_kai_like_scheduler_without_its_label_is_told_why(config: SandboxConfig, tmp_path: Path) -> None:
+    box = emulating(config, "operator-gen3")
+    rc, _record, output = kai_run(box, tmp_path)
+    assert rc == 2, output
+    said = [line for line in output.splitlines() if "preflight failed" in line]
+    assert len(said) == 1 and "binds nothing" in said[0] and "--pod-label" in said[0], output
