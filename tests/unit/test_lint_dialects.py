@@ -143,3 +143,63 @@ def test_checklist_lists_each_dialects_rules(dialect: str) -> None:
     text = render_checklist(dialect)
     for rule in DIALECT_RULES.values():
         assert (f"`{rule.id}`" in text) == (rule.dialect == dialect)
+
+
+# ---- properties: a dialect is never laxer than the contract unless a documented fact says so ----
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+VALUES = st.sampled_from(
+    [
+        "",
+        " ",
+        "1Gi",
+        " 1Gi",
+        "4096Mi",
+        "4Gi",
+        "0",
+        "lots",
+        "2Gi",
+        "sm-sharing",
+        " sm-sharing ",
+        "SM-Sharing",
+        "time-slicing",
+        "GPU-a",
+        " GPU-a ",
+        "0,1",
+        "0.5",
+        "0.80",
+        "1.5",
+        "4096",
+    ]
+)
+KEYS = st.sampled_from(
+    [
+        P + "main.gpu-memory.request",
+        P + "main.gpu-memory.limit",
+        P + "main.gpu-compute.mode",
+        P + "main.gpus.devices",
+        P + "main.gpu-compute.portion",
+        P + "side.gpu-compute.mode",
+        "gpu-fraction",
+        "gpu-fraction.limit",
+        "gpu-memory",
+        "gpu-fraction-container-name",
+    ]
+)
+EXCUSED = {"kai": {"kai-empty-fraction"}, "gpu-fractioning": {"fractiond-trims"}}
+"""The only ways a dialect may relax the contract: each a documented fact (docs/contract.md §9)."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, VALUES, max_size=6), st.booleans())
+def test_dialects_never_laxer_than_the_contract(annotations: dict[str, str], bound: bool) -> None:
+    p = pod(annotations, ("main", "side"), bound=bound)
+    contract = audit_pod(p)
+    errors = {(v.rule, v.key) for v in contract if v.is_error}
+    for dialect, excused in EXCUSED.items():
+        judged = apply_dialect(p, contract, dialect)
+        kept = {(v.rule, v.key) for v in judged if v.is_error}
+        relaxed = {v.key for v in judged if v.rule in excused}
+        assert {e for e in errors if e[1] not in relaxed} <= kept, dialect
