@@ -264,3 +264,50 @@ def test_kai_supplies_its_queue_label() -> None:
         pod_labels={"kai.scheduler/queue": "team-a"},
     )
     assert mine.decorations().labels == {"kai.scheduler/queue": "team-a"}
+
+
+# ---- the config CR ----------------------------------------------------------------------------
+
+
+def test_config_cr_decides() -> None:
+    from fixtures.suite.frame import RunOptions
+    from fixtures.suite.implementation import ConfigState, Settled, apply, config_problem
+
+    gen3 = _node("operator-gen3")
+    not_ready = ConfigState(
+        found="GpuFractioningConfig/default",
+        ready=False,
+        conditions=[
+            {"type": "MpsdReady", "status": "False", "reason": "MpsdCrashLoop", "message": "mpsd down"}
+        ],
+    )
+    said = config_problem(gen3, not_ready)
+    assert "is not Ready" in said and "MpsdCrashLoop" in said
+    prefix = ConfigState(found="GpuFractioningConfig/default", ready=True, annotation_prefix="example.com/c.")
+    assert "annotation prefix 'example.com/c.'" in config_problem(gen3, prefix)
+    kai = builtins()["kai-scheduler"].scheduler
+    assert kai is not None
+    settled = Settled(
+        gen3, kai, {"node": "declared", "scheduler": "declared"}, "operator-gen3", "kai-scheduler", Observed()
+    )
+    options = RunOptions("kai-scheduler", ("node",), frozenset(), "r")
+    opened = apply(
+        options,
+        settled,
+        ConfigState(found="GpuFractioningConfig/default", ready=True, fail_open=True, sm_sharing=False),
+    )
+    assert "failOpen" in opened.extra["failOpen"] and "sm-sharing" not in opened.supported_features
+    assert opened.agent_selector == gen3.agent.selector
+    assert opened.feature_sources["gpu-fraction"] == "implementation kai-scheduler"
+    given = replace_sources(options)
+    assert apply(given, settled, None).supported_features == frozenset({"gpu-memory"})
+
+
+def replace_sources(options):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return replace(
+        options,
+        supported_features=frozenset({"gpu-memory"}),
+        feature_sources={"gpu-memory": "--supported-features"},
+    )
