@@ -311,3 +311,12 @@ def replace_sources(options):  # type: ignore[no-untyped-def]
         supported_features=frozenset({"gpu-memory"}),
         feature_sources={"gpu-memory": "--supported-features"},
     )
+
+
+def test_devices_written_in_the_implementations_form() -> None:
+    from enforcement.contract import resolve_device, write_device
+
+    assert write_device("GPU-a", "uuid") == "GPU-a"
+    assert write_device("GPU-a", "cdi") == "k8s.device-plugin.nvidia.com/gpu=GPU-a"
+    assert resolve_device(write_device("GPU-a", "cdi")) == "GPU-a"
+    assert write_device("0", "cdi") == "0"
