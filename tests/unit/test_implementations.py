@@ -320,3 +320,25 @@ def test_devices_written_in_the_implementations_form() -> None:
     assert write_device("GPU-a", "cdi") == "k8s.device-plugin.nvidia.com/gpu=GPU-a"
     assert resolve_device(write_device("GPU-a", "cdi")) == "GPU-a"
     assert write_device("0", "cdi") == "0"
+
+
+def test_options_with_an_implementation_travel_to_workers() -> None:
+    from fixtures.suite.frame import RunOptions
+    from fixtures.suite.options import options_from_wire, options_to_wire
+
+    options = RunOptions(
+        "s",
+        ("node",),
+        frozenset({"gpu-memory"}),
+        "r",
+        implementation=("operator-gen3",),
+        node_implementation="operator-gen3",
+        feature_sources={"gpu-memory": "--supported-features"},
+        exempt_features=("agent-restart",),
+        pod_labels={"kai.scheduler/queue": "q"},
+        pod_overlay={"spec": {"tolerations": [{"key": "k"}]}},
+    )
+    wire = options_to_wire(options)
+    json.dumps(wire)
+    assert options_from_wire(wire) == options
+    assert options_from_wire(wire).node_part().implementation == "operator-gen3"
