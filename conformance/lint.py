@@ -28,6 +28,7 @@ from typing import Any, Final, TextIO
 import yaml
 
 from enforcement.contract import Violation, audit_gpus, audit_pod, pod_to_dict
+from enforcement.dialects import DIALECT_RULES, DIALECTS, apply_dialect
 from enforcement.rules import ANNOTATION_KEYS, RULES, SIDE_TITLES, rules_by_side
 from reports.junit import Suite, suites_xml, to_text
 from reports.model import CheckResult
@@ -81,7 +82,9 @@ class Report:
         return sum(1 for f in self.findings if f.violation.severity == severity)
 
     def failed(self, strict: bool) -> bool:
-        return any(f.violation.is_error or strict for f in self.findings)
+        return any(
+            f.violation.is_error or (strict and f.violation.severity == "warning") for f in self.findings
+        )
 
 
 # --------------------------------------------------------------------------- reading input
@@ -182,6 +185,7 @@ def audit(
     *,
     sm_sharing_enabled: bool = True,
     reserve_mib: int = 0,
+    dialect: str = "contract",
 ) -> Report:
     """Audit Pods and workload templates; Nodes among ``objects`` enable device and GPU checks."""
     objects = list(objects)
@@ -198,7 +202,8 @@ def audit(
         subjects.append(subject)
         node_name = _get(pod, "spec", "nodeName")
         node = nodes.get(node_name, ("", None))[1] if isinstance(node_name, str) else None
-        for v in audit_pod(pod, node, sm_sharing_enabled=sm_sharing_enabled):
+        found_here = audit_pod(pod, node, sm_sharing_enabled=sm_sharing_enabled)
+        for v in apply_dialect(pod, found_here, dialect):
             # a template's findings name the workload that owns it
             v = replace(v, kind=subject.kind, namespace=subject.namespace, name=subject.name)
             findings.append(Finding(source, v))
@@ -351,7 +356,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_checklist() -> str:
+def render_checklist(dialect: str = "contract") -> str:
     """The complete annotation checklist, as Markdown, from the rule table lint enforces."""
     out = [
         "# GPU-fraction annotation checklist",
@@ -373,7 +378,19 @@ def render_checklist() -> str:
         for r in rules:
             out.append(f"- [ ] **`{r.id}`** ({r.severity}): {r.statement}")
             out.append(f"  - Fix: {r.fix}")
-    out += ["", f"{len(RULES)} rules.", ""]
+    extra = [r for r in DIALECT_RULES.values() if r.dialect == dialect]
+    if extra:
+        out += ["", f"## Dialect `{dialect}`: what its consumer adds", ""]
+        for d in extra:
+            out.append(f"- [ ] **`{d.id}`** ({d.severity}, dialect {d.dialect}): {d.statement}")
+            out.append(f"  - Source: {d.source}")
+    out += [
+        "",
+        f"{len(RULES)} rules (dialect contract)"
+        + (f", {len(extra)} of dialect {dialect}" if extra else "")
+        + ".",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -394,7 +411,12 @@ def run_lint(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"gpuconf lint: {exc}", file=sys.stderr)
         return 2
-    report = audit(objects, sm_sharing_enabled=not args.sm_sharing_disabled, reserve_mib=args.gpu_reserve_mib)
+    report = audit(
+        objects,
+        sm_sharing_enabled=not args.sm_sharing_disabled,
+        reserve_mib=args.gpu_reserve_mib,
+        dialect=args.dialect,
+    )
     if args.output == "json":
         sys.stdout.write(render_json(report))
     elif args.output == "junit":
@@ -405,8 +427,7 @@ def run_lint(args: argparse.Namespace) -> int:
 
 
 def run_checklist(args: argparse.Namespace) -> int:
-    del args
-    sys.stdout.write(render_checklist())
+    sys.stdout.write(render_checklist(getattr(args, "dialect", "contract")))
     return 0
 
 
@@ -444,6 +465,13 @@ def register(subparsers: Any) -> None:
     )
     lint.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     lint.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="contract",
+        help="contract (docs/contract.md as stated), kai (KAI admission's refusals as errors) or "
+        "gpu-fractioning (what the released node agent trims, as notes)",
+    )
+    lint.add_argument(
         "--sm-sharing-disabled",
         action="store_true",
         help="the cluster has sm-sharing disabled: report any use",
@@ -462,4 +490,5 @@ def register(subparsers: Any) -> None:
         help="print the annotation checklist (Markdown) that lint enforces",
         description="Print the complete GPU-fraction annotation checklist as Markdown, from lint's rules.",
     )
+    checklist.add_argument("--dialect", choices=DIALECTS, default="contract", help="whose rules to add")
     checklist.set_defaults(func=run_checklist)

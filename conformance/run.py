@@ -23,6 +23,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from conformance import sonobuoy
+from enforcement.implementations import DescriptionError, combine, resolve
+from enforcement.implementations import known_names as known_implementations
 from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedulers_from_args
 from fixtures.sandbox.errors import SandboxError
 from fixtures.sandbox.scheduler.component import parse_specs
@@ -51,6 +53,10 @@ def validate(args: argparse.Namespace) -> str | None:
     for f in _csv(args.supported_features) + _csv(args.exempt_features):
         if f not in FEATURES:
             return f"feature {f!r}: unknown; known: {', '.join(FEATURES)}"
+    try:
+        combine(resolve(name) for name in _csv(getattr(args, "implementation", None)))
+    except DescriptionError as exc:
+        return f"--implementation: {exc}"
     known = {c.id for c in load_checks()}
     for c in _csv(args.check):
         if c not in known:
@@ -98,6 +104,9 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         ("--supported-features", args.supported_features),
         ("--exempt-features", args.exempt_features),
         ("--check", args.check),
+        ("--implementation", args.implementation),
+        ("--pod-label", args.pod_label),
+        ("--pod-annotation", args.pod_annotation),
     ):
         for value in values or []:
             out.append(f"{name}={value}")
@@ -106,6 +115,8 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         ("--gpu-node-selector", args.gpu_node_selector),
         ("--agent-namespace", args.agent_namespace),
         ("--agent-selector", args.agent_selector),
+        ("--priority-class", args.priority_class),
+        ("--pod-overlay", str(Path(args.pod_overlay).resolve()) if args.pod_overlay else None),
     ):
         if value:
             out.append(f"{name}={value}")
@@ -293,6 +304,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target.add_argument(
         "--exempt-features", action="append", default=None, help="features it does not support"
     )
+    target.add_argument(
+        "--implementation",
+        action="append",
+        default=None,
+        metavar="NAME|FILE",
+        help="the implementation under test: a built-in ("
+        + ", ".join(known_implementations())
+        + ") or a description file; repeatable, to name the node and the scheduler parts separately. "
+        "Without it, detected from the cluster. It supplies the features --supported-features does not",
+    )
     how = parser.add_argument_group("how")
     how.add_argument(
         "--workload-image", default=None, help="the allocation workload's image, pullable by the nodes"
@@ -312,6 +333,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--agent-namespace", default=None, help="namespace of the node agent's Pods (agent-restart)"
     )
     how.add_argument("--agent-selector", default=None, help="label selector of the node agent's Pods")
+    how.add_argument(
+        "--pod-label",
+        action="append",
+        default=None,
+        metavar="K=V",
+        help="a label on every Pod the suite creates (repeatable; over the implementation's defaults)",
+    )
+    how.add_argument(
+        "--pod-annotation",
+        action="append",
+        default=None,
+        metavar="K=V",
+        help="an annotation on every Pod (repeatable)",
+    )
+    how.add_argument("--priority-class", default=None, metavar="NAME", help="priorityClassName of every Pod")
+    how.add_argument(
+        "--pod-overlay",
+        default=None,
+        metavar="FILE",
+        help="a strategic-merge patch (YAML) for every Pod the suite creates",
+    )
     how.add_argument(
         "--baseline", type=Path, default=None, help="an earlier run (dir or run.json): exit 1 on a regression"
     )

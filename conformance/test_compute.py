@@ -22,8 +22,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from enforcement.agent.environment import ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE
+from enforcement.agent.environment import ENV_THREAD_PERCENTAGE
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
+from enforcement.implementations import MECHANISMS
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
@@ -48,21 +49,34 @@ BEAT_S: Final = 0.1
 @check(
     id="mode-applied",
     level="MUST",
-    statement="A container MUST run in the compute mode its gpu-compute.mode names: on its mode's MPS "
-    "server, and in sm-sharing with a gpu-compute.portion with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = "
-    "floor(portion x 100).",
+    statement="A container MUST run in the compute mode its gpu-compute.mode names, on its mode's MPS "
+    "server (the two modes on different servers; the implementation's pipe directory where it names one); "
+    "where the implementation claims compute-portion, in sm-sharing with a gpu-compute.portion with "
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = floor(portion x 100).",
     profiles=("node", "stack"),
     features=("sm-sharing",),
     seed="003/4",
     needs=Needs(nodes=1, gpus=2, idle=True),
 )
 def test_mode_applied(suite: Suite) -> None:
+    part = suite.options.node_part()
+    pipe_var = part.env.pipe_directory
+    threads_var = part.env.thread_percentage or ENV_THREAD_PERCENTAGE
+    # The portion key only where the thread cap is claimed: released KAI admission refuses the key.
+    cap = suite.options.claims("compute-portion")
+    if not cap:
+        suite.not_judged(
+            "thread cap",
+            f"{part.implementation} does not claim compute-portion ({MECHANISMS['compute-portion']})",
+        )
     stage = Stage(suite, gpus=2)
-    names = (ENV_PIPE_DIRECTORY, ENV_THREAD_PERCENTAGE)
+    names = (pipe_var, threads_var)
     probe = plan("mode", {"op": "env", "names": list(names)}, {"op": "meminfo"})
     size = stage.mib(SHARE)
     sliced = stage.place("sliced", probe, request_mib=size, mode=TIME_SLICING, slot=0)
-    shared = stage.place("shared", probe, request_mib=size, mode=SM_SHARING, slot=1, portion=PORTION)
+    shared = stage.place(
+        "shared", probe, request_mib=size, mode=SM_SHARING, slot=1, portion=PORTION if cap else None
+    )
     seen: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for placed in (sliced, shared):
@@ -78,18 +92,21 @@ def test_mode_applied(suite: Suite) -> None:
         }
         if device_mode and device_mode != placed.mode:
             problems.append(f"{placed.name} asked for {placed.mode} but the device runs it in {device_mode}")
-        if not env.get(ENV_PIPE_DIRECTORY):
+        if not env.get(pipe_var):
+            problems.append(f"{placed.name} has no {pipe_var}: it reaches no MPS server of its mode")
+        elif part.env.pipe_directories.get(placed.mode) not in (None, env.get(pipe_var)):
             problems.append(
-                f"{placed.name} has no {ENV_PIPE_DIRECTORY}: it reaches no MPS server of its mode"
+                f"{placed.name} ({placed.mode}) has {pipe_var}={env.get(pipe_var)!r}, expected "
+                f"{part.env.pipe_directories[placed.mode]!r} ({part.implementation}'s {placed.mode} server)"
             )
-        expected = _threads(placed)
-        if env.get(ENV_THREAD_PERCENTAGE) != expected:
+        expected = _threads(placed, part.env.thread_cap_modes)
+        if cap and env.get(threads_var) != expected:
             want = "unset" if expected is None else expected
             problems.append(
-                f"{placed.name} ({placed.mode}, portion {placed.portion}) has {ENV_THREAD_PERCENTAGE}="
-                f"{env.get(ENV_THREAD_PERCENTAGE)!r}, expected {want}"
+                f"{placed.name} ({placed.mode}, portion {placed.portion}) has {threads_var}="
+                f"{env.get(threads_var)!r}, expected {want}"
             )
-    pipes = {seen[p.name]["env"].get(ENV_PIPE_DIRECTORY) for p in (sliced, shared)}
+    pipes = {seen[p.name]["env"].get(pipe_var) for p in (sliced, shared)}
     if len(pipes) == 1 and None not in pipes:
         problems.append(
             f"{sliced.name} (time-slicing) and {shared.name} (sm-sharing) use the same MPS server "
@@ -101,8 +118,8 @@ def test_mode_applied(suite: Suite) -> None:
         raise fail("; ".join(problems))
 
 
-def _threads(placed: Placed) -> str | None:
-    if placed.mode != SM_SHARING or placed.portion is None:
+def _threads(placed: Placed, modes: Sequence[str] = (SM_SHARING,)) -> str | None:
+    if placed.mode not in modes or placed.portion is None:
         return None
     return str(max(1, math.floor(placed.portion * 100)))
 

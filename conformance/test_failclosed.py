@@ -102,22 +102,37 @@ def _names(case: Malformed, text: str) -> tuple[bool, bool]:
 @check(
     id="fail-closed",
     level="MUST",
-    statement="A container placed with malformed placement annotations MUST NOT start, and its status "
-    "or Events MUST name the annotation key and the rule it breaks.",
+    statement="A container placed with malformed placement annotations MUST NOT start where the "
+    "implementation makes the node agent the one to refuse that case, and its status or Events MUST name "
+    "the annotation key and the rule it breaks where the implementation claims its refusals do.",
     profiles=("node", "probe"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
 def test_fail_closed(suite: Suite) -> None:
+    part = suite.options.node_part()
     stage = Stage(suite)
     never = plan("never", {"op": "hold", "seconds": 60})
-    chosen = cases(stage)
+    chosen = []
+    for case in cases(stage):
+        party = part.who_refuses(case.name)
+        if party == "node":
+            chosen.append(case)
+        else:
+            suite.not_judged(case.name, refused_elsewhere(part.implementation, party))
+    names_key = part.refusal_names_key
+    if not names_key:
+        suite.not_judged(
+            "refusal names key and rule", f"{part.implementation} does not claim its refusals name the key"
+        )
+    if not chosen:
+        return
     for case in chosen:
         stage.pod(case.name, never, request_mib=1024, annotations=placement(stage, case))
     problems: list[str] = []
     seen: dict[str, Any] = {}
     for case in chosen:
-        problem, said = _judge(suite, stage, case)
+        problem, said = _judge(suite, stage, case, names_key)
         seen[case.name] = {"key": case.key, "value": case.value, "rule": case.rule, "said": said[-3:]}
         if problem:
             problems.append(problem)
@@ -130,11 +145,25 @@ def test_fail_closed(suite: Suite) -> None:
         raise fail("; ".join(problems))
 
 
-def _judge(suite: Suite, stage: Stage, case: Malformed) -> tuple[str, list[str]]:
+def refused_elsewhere(implementation: str, party: str) -> str:
+    """Why a malformed case is not the node agent's to refuse in ``implementation``."""
+    return {
+        "admission": f"in {implementation} the admission refuses it, not the node agent (which does not "
+        "check it); judged where the admission is under test (gpuconf lint --dialect kai)",
+        "runtime": f"in {implementation} the node agent does not validate devices; their format is the "
+        "NVIDIA container runtime's business",
+        "scheduler": f"in {implementation} the scheduler must never write it (the scheduler profile)",
+        "nobody": f"{implementation} refuses it nowhere",
+    }.get(party, f"in {implementation} the {party} refuses it")
+
+
+def _judge(suite: Suite, stage: Stage, case: Malformed, names_key: bool = True) -> tuple[str, list[str]]:
     def explained() -> list[str] | None:
         if stage.ran(case.name):
             return ["(the container started)"]
         said = explanations(suite, case.name)
+        if not names_key:
+            return said if said or _refused(suite, case.name) else None
         return said if any(all(_names(case, s)) for s in said) else None
 
     try:
@@ -143,6 +172,8 @@ def _judge(suite: Suite, stage: Stage, case: Malformed) -> tuple[str, list[str]]
         said = explanations(suite, case.name)
         if stage.ran(case.name):
             return f"{case.name} ({case.key}: {case.value!r} [{case.rule}]) started, unfenced", said
+        if not names_key:
+            return "", said  # it did not start, which is all that is claimed
         named = [_names(case, s) for s in said]
         if any(k for k, _ in named):
             return (
@@ -157,3 +188,12 @@ def _judge(suite: Suite, stage: Stage, case: Malformed) -> tuple[str, list[str]]
     if stage.ran(case.name):
         return f"{case.name} ({case.key}: {case.value!r} [{case.rule}]) started, unfenced", said
     return "", said
+
+
+def _refused(suite: Suite, name: str) -> bool:
+    """Whether the Pod's container is held in a waiting state (refused), whatever the message says."""
+    pod = suite.pod(name) or {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason"):
+            return True
+    return False

@@ -14,11 +14,10 @@ are the same GPU.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from enforcement.agent.environment import (
-    CONTRACT_ENV,
     ENV_LIMIT,
     ENV_PINNED_LIMIT,
     ENV_PIPE_DIRECTORY,
@@ -27,21 +26,25 @@ from enforcement.agent.environment import (
     ENV_VISIBLE_DEVICES,
 )
 from enforcement.contract import resolve_device
+from enforcement.implementations import MECHANISMS, NodePart, builtins, reference_node
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.scenario import Placed, Stage, plan, require
 
 SHARE: Final = 0.25
+MIB: Final = 1024 * 1024
 LIMIT_SHARE: Final = 0.3
-DECOYS: Final[dict[str, str]] = {
+DECOY_VALUES: Final[dict[str, str]] = {
     ENV_REQUEST: "1",
     ENV_LIMIT: "1",
     ENV_PINNED_LIMIT: "0=1M",
     ENV_PIPE_DIRECTORY: "/tmp/not-the-mps-server",
     ENV_VISIBLE_DEVICES: "all",
 }
-"""What the container sets itself: the agent's values must replace every one."""
+DECOYS: Final = DECOY_VALUES
+"""What the container sets itself (the reference agent's names): the agent's values must replace them."""
 _PINNED: Final = re.compile(r"(\d+)=(\d+)M")
+_ROLES: Final = ("memoryRequest", "memoryLimit")
 
 
 def device_count(suite: Suite) -> int:
@@ -49,64 +52,173 @@ def device_count(suite: Suite) -> int:
     return 2 if "multi-device" in suite.options.supported_features and suite.node.gpu_count >= 2 else 1
 
 
-def env_problems(placed: Placed, env: Mapping[str, Any], node: Mapping[str, Any] | None) -> list[str]:
-    """Every way ``env`` disagrees with what the node must give ``placed`` (docs/contract.md §5)."""
+def decoys(part: NodePart) -> dict[str, str]:
+    """What the container sets itself: only variables the implementation is known to replace (whether
+    the operator's release keeps a container's own NVIDIA_GPU_MEMORY_* is not established)."""
+    generic = {
+        part.env.memory_request: "1",
+        part.env.memory_limit: "1",
+        part.env.pipe_directory: DECOY_VALUES[ENV_PIPE_DIRECTORY],
+        part.env.visible_devices: "all",
+    }
+    if part.env.pinned_limit:
+        generic[part.env.pinned_limit] = "0=1M"
+    return {k: v for k, v in generic.items() if k in part.env.replaces_container_values}
+
+
+def variants() -> dict[str, dict[str, str]]:
+    """Per role (memoryRequest, memoryLimit), every built-in's name for it, with what is known of it."""
+    out: dict[str, dict[str, str]] = {r: {} for r in _ROLES}
+    for impl in builtins().values():
+        if impl.node is None:
+            continue
+        env = impl.node.env
+        for role, name in (("memoryRequest", env.memory_request), ("memoryLimit", env.memory_limit)):
+            fact = env.known_unenforced.get(name, "")
+            out[role].setdefault(name, f"{impl.name}'s name" + (f"; {fact}" if fact else ""))
+    return out
+
+
+def read_names(part: NodePart) -> list[str]:
+    """Every variable the workload reads: the dialect's, and every other built-in's for the same roles."""
+    names = list(part.env.names())
+    for role in variants().values():
+        names += role
+    return list(dict.fromkeys([*names, ENV_THREAD_PERCENTAGE]))
+
+
+def env_problems(
+    placed: Placed,
+    env: Mapping[str, Any],
+    node: Mapping[str, Any] | None,
+    part: NodePart | None = None,
+    claims: Callable[[str], bool] | None = None,
+    skipped: Callable[[str, str], None] | None = None,
+) -> list[str]:
+    """Every way ``env`` disagrees with what the node must give ``placed``, in ``part``'s dialect
+    (default: the reference agent's), name by name; mechanisms only where ``claims`` says so."""
+    part = part or reference_node()
+    dialect = part.env
+    claims = claims or part.claims
+    skipped = skipped or (lambda _what, _why: None)
     problems = []
     limit, request, count = placed.written_limit_mib, placed.written_request_mib, len(placed.gpus)
-    expected = {ENV_REQUEST: str(request), ENV_LIMIT: str(limit)}
-    for key, want in expected.items():
-        if env.get(key) != want:
-            problems.append(f"{key}={env.get(key)!r}, expected {want!r} (MiB)")
-    pinned = env.get(ENV_PINNED_LIMIT) or ""
-    entries = [_PINNED.fullmatch(e) for e in pinned.split(",")] if pinned else []
-    got = {int(m.group(1)): int(m.group(2)) for m in entries if m}
-    want_pinned = {i: limit for i in range(count)}
-    if None in entries or got != want_pinned:
-        shown = ",".join(f"{i}={limit}M" for i in range(count))
-        problems.append(f"{ENV_PINNED_LIMIT}={pinned!r}, expected {shown!r} (the limit per visible ordinal)")
-    visible = env.get(ENV_VISIBLE_DEVICES) or ""
-    gpus = tuple(resolve_device(d, node) for d in visible.split(",") if d)
-    if gpus != placed.gpus:
+    known = variants()
+    for role, name, mib in (
+        ("memoryRequest", dialect.memory_request, request),
+        ("memoryLimit", dialect.memory_limit, limit),
+    ):
+        allowed = dialect.memory_values(mib)
+        got = env.get(name)
+        if got in allowed:
+            continue
+        shown = " or ".join(repr(v) for v in allowed)
+        if got is None:
+            others = [(n, why) for n, why in known[role].items() if n != name and env.get(n) is not None]
+            if others:
+                other, why = others[0]
+                problems.append(
+                    f"expects {name} ({part.implementation}), found {other}={env.get(other)!r} instead "
+                    f"({why}): the variable its consumer reads is missing"
+                )
+                continue
+        problems.append(f"{name}={got!r}, expected {shown} ({dialect.memory_unit}, from {mib} MiB)")
+    if dialect.pinned_limit and claims("pinned-mps-limits"):
+        pinned = env.get(dialect.pinned_limit) or ""
+        entries = [_PINNED.fullmatch(e) for e in pinned.split(",")] if pinned else []
+        got_pinned = {int(m.group(1)): int(m.group(2)) for m in entries if m}
+        want_pinned = {i: limit for i in range(count)}
+        if None in entries or got_pinned != want_pinned:
+            shown = ",".join(f"{i}={limit}M" for i in range(count))
+            problems.append(
+                f"{dialect.pinned_limit}={pinned!r}, expected {shown!r} (the limit per visible ordinal)"
+            )
+    else:
+        skipped("pinned-mps-limits", mechanism_fact(part, "pinned-mps-limits"))
+    visible = env.get(dialect.visible_devices) or ""
+    if dialect.visible_devices_value == "verbatim":
+        if visible != placed.devices.strip():
+            problems.append(
+                f"{dialect.visible_devices}={visible!r}, expected the gpus.devices value verbatim "
+                f"({placed.devices!r})"
+            )
+    else:
+        gpus = tuple(resolve_device(d, node) for d in visible.split(",") if d)
+        if gpus != placed.gpus:
+            problems.append(
+                f"{dialect.visible_devices}={visible!r} names GPU(s) {', '.join(gpus) or 'none'}, but the "
+                f"container was assigned {', '.join(placed.gpus)} ({placed.devices})"
+            )
+    pipe = env.get(dialect.pipe_directory)
+    want_pipe = dialect.pipe_directories.get(placed.mode)
+    if not pipe or pipe == DECOY_VALUES[ENV_PIPE_DIRECTORY]:
+        problems.append(f"{dialect.pipe_directory}={pipe!r}: not the MPS server of its mode")
+    elif want_pipe and pipe != want_pipe:
         problems.append(
-            f"{ENV_VISIBLE_DEVICES}={visible!r} names GPU(s) {', '.join(gpus) or 'none'}, but the "
-            f"container was assigned {', '.join(placed.gpus)} ({placed.devices})"
+            f"{dialect.pipe_directory}={pipe!r}, expected {want_pipe!r} "
+            f"({part.implementation}'s {placed.mode} server)"
         )
-    pipe = env.get(ENV_PIPE_DIRECTORY)
-    if not pipe or pipe == DECOYS[ENV_PIPE_DIRECTORY]:
-        problems.append(f"{ENV_PIPE_DIRECTORY}={pipe!r}: not the MPS server of its mode")
-    if placed.mode == "time-slicing" and env.get(ENV_THREAD_PERCENTAGE) is not None:
-        problems.append(
-            f"{ENV_THREAD_PERCENTAGE}={env.get(ENV_THREAD_PERCENTAGE)!r} on a time-slicing container"
-        )
+    threads = dialect.thread_percentage or ENV_THREAD_PERCENTAGE
+    if (
+        placed.mode not in dialect.thread_cap_modes
+        and env.get(threads) is not None
+        and claims("compute-portion")
+    ):
+        problems.append(f"{threads}={env.get(threads)!r} on a {placed.mode} container")
     return problems
+
+
+def mechanism_fact(part: NodePart, mechanism: str) -> str:
+    return f"{part.implementation} does not claim {mechanism} ({MECHANISMS[mechanism]})"
 
 
 @check(
     id="env-injection",
     level="MUST",
-    statement="A fenced container MUST get the enforcement environment of docs/contract.md §5 with "
-    "values that match its placement annotations (visible devices = the assigned GPUs; limits in MiB per "
-    "container-visible ordinal), overriding whatever the container set itself.",
+    statement="A fenced container MUST get the enforcement environment of the declared implementation's "
+    "dialect (docs/contract.md §5, §9) with values that match its placement annotations, name by name "
+    "(memory request and limit in the dialect's unit, visible devices = the assigned GPUs, the MPS pipe "
+    "directory of its mode; the pinned limit per visible ordinal where claimed), overriding what the "
+    "container set itself where the implementation is known to.",
     profiles=("node", "stack"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
 def test_env_injection(suite: Suite) -> None:
+    part = suite.options.node_part()
     count = device_count(suite)
     stage = Stage(suite, gpus=count)
+    set_itself = decoys(part)
     placed = stage.place(
         "env",
-        plan("env", {"op": "env", "names": list(CONTRACT_ENV)}),
+        plan("env", {"op": "env", "names": read_names(part)}),
         request_mib=stage.mib(SHARE),
         limit_mib=stage.mib(LIMIT_SHARE),
         devices=count,
-        env=DECOYS,
+        env=set_itself,
     )
     out = stage.wait_ended(placed.name)
     require(out, ("ok",), "it only reads its environment")
     env = out.step("env").get("env") or {}
-    suite.evidence.fact("environment", {"seen": env, "containerSet": DECOYS, "placement": placed.as_dict()})
-    problems = env_problems(placed, env, suite.cluster.read_node(placed.node))
+    suite.evidence.fact(
+        "environment",
+        {
+            "seen": env,
+            "containerSet": set_itself,
+            "placement": placed.as_dict(),
+            "dialect": part.implementation,
+        },
+    )
+    names = [n for n in part.env.names() if n != part.env.thread_percentage]
+    if any(n not in part.env.replaces_container_values for n in names):
+        suite.not_judged(
+            "container's own values replaced",
+            f"{part.implementation} is known to replace only "
+            f"{', '.join(part.env.replaces_container_values) or 'none'} of them",
+        )
+    problems = env_problems(
+        placed, env, suite.cluster.read_node(placed.node), part, suite.options.claims, suite.not_judged
+    )
     if problems:
         raise fail(f"{placed.name}: " + "; ".join(problems))
 
@@ -115,8 +227,9 @@ def test_env_injection(suite: Suite) -> None:
     id="smi-visibility",
     level="MUST",
     statement="nvidia-smi inside a fenced container MUST list exactly the GPUs assigned to it, each with "
-    "memory.total equal to its gpu-memory.limit.",
+    "memory.total equal to its gpu-memory.limit, where the implementation claims an NVML memory view.",
     profiles=("node", "stack", "probe"),
+    features=("nvml-memory-view",),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
@@ -154,3 +267,49 @@ def test_smi_visibility(suite: Suite) -> None:
     suite.evidence.fact("nvidiaSmi", seen)
     if problems:
         raise fail("; ".join(problems))
+
+
+@check(
+    id="cuda-visibility",
+    level="MUST",
+    statement="CUDA inside a fenced container MUST report exactly the devices assigned to it, each with a "
+    "total memory equal to its gpu-memory.limit (transparent memory limits).",
+    profiles=("node", "stack"),
+    seed="000/4",
+    needs=Needs(nodes=1, gpus=1, idle=True),
+)
+def test_cuda_visibility(suite: Suite) -> None:
+    count = device_count(suite)
+    stage = Stage(suite, gpus=count)
+    placed = stage.place(
+        "cuda",
+        plan("cuda", {"op": "meminfo"}),
+        request_mib=stage.mib(SHARE),
+        limit_mib=stage.mib(LIMIT_SHARE),
+        devices=count,
+    )
+    out = stage.wait_ended(placed.name)
+    require(out, ("ok",), "it only reads the devices CUDA reports")
+    devices = out.step("meminfo").get("devices") or []
+    totals = [int(d.get("total") or 0) // MIB for d in devices]
+    suite.evidence.fact(
+        "cuda",
+        {
+            "devices": devices,
+            "totalMiB": totals,
+            "assigned": list(placed.gpus),
+            "limitMiB": placed.written_limit_mib,
+        },
+    )
+    problems = []
+    if len(devices) != len(placed.gpus):
+        problems.append(f"CUDA reports {len(devices)} device(s), but {len(placed.gpus)} were assigned")
+    wrong = [(i, t) for i, t in enumerate(totals) if t != placed.written_limit_mib]
+    if wrong:
+        problems.append(
+            "total memory "
+            + ", ".join(f"{t} MiB on device {i}" for i, t in wrong)
+            + f", expected its limit of {placed.written_limit_mib} MiB"
+        )
+    if problems:
+        raise fail(f"{placed.name}: " + "; ".join(problems))

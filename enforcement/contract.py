@@ -346,6 +346,20 @@ def resolve_device(device: str, node: Mapping[str, Any] | None = None) -> str:
     return inner
 
 
+CDI_GPU_KIND: Final = "k8s.device-plugin.nvidia.com/gpu"
+"""The NVIDIA device plugin's CDI kind, whose hook applies the memory limit (docs/contract.md §9.3)."""
+
+
+def write_device(identity: str, form: str) -> str:
+    """One GPU's identity (a UUID, or an index where no UUID is known) in an implementation's form:
+    ``uuid`` as is, ``cdi`` as the device plugin's CDI name, ``index`` as is. Compare identities
+    through ``resolve_device``, which reads all three back to one."""
+    inner = resolve_device(identity)
+    if form == "cdi" and not _INDEX.fullmatch(inner):
+        return f"{CDI_GPU_KIND}={inner}"
+    return inner
+
+
 def fail_closed_containers(violations: Iterable[Violation]) -> frozenset[str]:
     """Containers a fail-closed node agent must refuse to start: those named by an error."""
     return frozenset(v.container for v in violations if v.is_error and v.container)

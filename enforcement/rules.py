@@ -31,7 +31,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "note"]
+"""``note``: only from a lint dialect (``enforcement.dialects``): what a real consumer accepts though
+the contract discourages it; never fails lint."""
 Side = Literal["request", "placement", "node", "gpu"]
 
 SIDES: Final[tuple[Side, ...]] = ("request", "placement", "node", "gpu")

@@ -188,6 +188,10 @@ class RunRecord:
     environment: Environment = field(default_factory=Environment)
     catalog: Catalog = field(default_factory=Catalog)
     implementation: Implementation = field(default_factory=Implementation)
+    under_test: dict[str, Any] = field(default_factory=dict)
+    """The implementation judged (``--implementation`` or detected; ``enforcement.implementations``):
+    its node and scheduler parts and how each was chosen, where each feature came from, and what
+    it does not claim and so was not judged. Not the submitter (``implementation``)."""
     gpuconf_version: str = field(default_factory=gpuconf_version)
     suite_validation: dict[str, Any] = field(default_factory=dict)
     """The mutation score of the suite version that made the run: ``conformance/mutation-score.json``
@@ -288,6 +292,7 @@ class RunRecord:
             "environment": asdict(self.environment),
             "catalog": asdict(self.catalog),
             "implementation": asdict(self.implementation),
+            "implementationUnderTest": self.under_test,
             "suiteValidation": self.suite_validation,
             "results": [r.as_dict() for r in self.results],
         }
@@ -317,6 +322,7 @@ def record_from_dict(data: dict[str, Any], directory: Path | None = None) -> Run
         environment=_known(Environment, data.get("environment")),
         catalog=_known(Catalog, data.get("catalog")),
         implementation=_known(Implementation, data.get("implementation")),
+        under_test=dict(data.get("implementationUnderTest") or {}),
         gpuconf_version=str(data.get("gpuconfVersion") or gpuconf_version()),
         suite_validation=score if isinstance(score := data.get("suiteValidation"), dict) else {},
         suite=_dict(data.get("suite")),

@@ -27,7 +27,24 @@ def summary_table(record: RunRecord) -> list[str]:
 def summary(record: RunRecord) -> str:
     """The table, one verdict line per profile, then the run's verdict."""
     lines = summary_table(record)
+    lines += not_judged_lines(record)
     lines += [f"profile {p.summary()}" for p in profile_results(record)]
     lines.append(record.verdict_line())
     lines.append(level_of(record).line())
     return "\n".join(lines) + "\n"
+
+
+def not_judged_lines(record: RunRecord) -> list[str]:
+    """What passed checks did not judge for this implementation, and the implementation itself."""
+    lines: list[str] = []
+    unjudged = [(r.key, n) for r in record.results for n in r.notes if n.startswith("not judged: ")]
+    if unjudged:
+        lines.append("parts of passed checks not judged for this implementation:")
+        lines += [f"  {key}: {note.removeprefix('not judged: ')}" for key, note in unjudged]
+    under = record.under_test
+    if under.get("node"):
+        lines.append(
+            f"implementation: node {under['node'].get('name')} ({under['node'].get('chosen')}); scheduler "
+            f"{(under.get('scheduler') or {}).get('name')} ({(under.get('scheduler') or {}).get('chosen')})"
+        )
+    return lines

@@ -44,6 +44,7 @@ from typing import Any
 
 from enforcement.agent import kube as k
 from enforcement.agent import restart
+from enforcement.agent.environment import emulated_part
 from enforcement.agent.evictor import Evictor
 from enforcement.agent.handler import REASON_PLUGIN_MISSING, AgentCore
 from enforcement.agent.metrics import Metrics, MetricsServer
@@ -52,6 +53,7 @@ from enforcement.agent.watching import PodWatcher
 from enforcement.backends import Backend, BackendError, BackendUnavailable
 from enforcement.contract import NODE_GPU_UUIDS, node_gpu_uuids
 from enforcement.hook import HookServer
+from enforcement.implementations import builtins
 
 DEFAULT_SIM_TOKEN_ENV = "GPUCONF_SIM_ADMIN_TOKEN"
 NRI_PLUGIN_TIMEOUT_S = 5.0
@@ -287,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-open", action="store_true", help="start containers with a malformed contract unfenced"
     )
+    p.add_argument(
+        "--emulate",
+        default="",
+        metavar="IMPLEMENTATION",
+        help="reproduce a built-in node implementation's mechanisms (its condition, env dialect, the "
+        "mechanisms it claims) while enforcing the same effects: "
+        + ", ".join(n for n, i in builtins().items() if i.node is not None),
+    )
     p.add_argument("--evict-interval", type=float, default=0.1, metavar="S", help="pressure poll interval")
     p.add_argument(
         "--announce-restart-hook",
@@ -352,7 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             evict_interval_s=max(0.01, args.evict_interval),
             nri_plugin_timeout_s=args.require_nri_plugin,
             faults=frozenset(args.fault),
+            emulate=args.emulate,
         )
+        condition = emulated_part(args.emulate).condition if args.emulate else k.CONDITION_TYPE
         backend = make_backend(args)
     except (ValueError, BackendError) as exc:
         print(f"gpuconf-agent: {exc}", file=sys.stderr)
@@ -368,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bad kubeconfig is a usage error, said plainly
         print(f"gpuconf-agent: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2
-    kube = k.KubeClient(api_client, args.node, log)
+    kube = k.KubeClient(api_client, args.node, log, condition=condition)
     agent = Agent(
         options,
         backend,

@@ -18,10 +18,12 @@ so a container that sets ``NVIDIA_VISIBLE_DEVICES=all`` or its own pinned limit 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 from enforcement.contract import Fraction
+from enforcement.implementations import NodePart, builtins
 
 ENV_REQUEST: Final = "NVIDIA_GPU_MEMORY_REQUEST"
 ENV_LIMIT: Final = "NVIDIA_GPU_MEMORY_LIMIT"
@@ -65,3 +67,41 @@ def enforcement_env(
     env[ENV_PIPE_DIRECTORY] = pipe_directory
     env[ENV_VISIBLE_DEVICES] = ",".join(gpu_uuids)
     return env
+
+
+def dialect_env(
+    part: NodePart,
+    fraction: Fraction,
+    gpu_uuids: Sequence[str],
+    devices_written: str,
+    pipe_directory: str,
+    backend_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment an emulated implementation gives (``--emulate``): its dialect's names, unit
+    and rounding, its pipe directories (where it names them), the visible devices as it writes them,
+    and only the mechanisms it claims (docs/contract.md §9)."""
+    d = part.env
+    ours = set(CONTRACT_ENV) | set(d.names())
+    env = {k: v for k, v in (backend_env or {}).items() if k not in ours}
+    env[d.memory_request] = d.memory_value(fraction.request_mib)
+    env[d.memory_limit] = d.memory_value(fraction.limit_mib)
+    if d.pinned_limit and part.claims("pinned-mps-limits"):
+        env[d.pinned_limit] = pinned_limit(fraction.limit_mib, len(gpu_uuids))
+    threads = fraction.active_thread_percentage
+    if d.thread_percentage and part.claims("compute-portion") and threads is not None:
+        if fraction.mode in d.thread_cap_modes:
+            env[d.thread_percentage] = str(threads)
+    env[d.pipe_directory] = d.pipe_directories.get(fraction.mode, pipe_directory)
+    verbatim = d.visible_devices_value == "verbatim"
+    env[d.visible_devices] = devices_written.strip() if verbatim else ",".join(gpu_uuids)
+    return env
+
+
+@functools.cache
+def emulated_part(name: str) -> NodePart:
+    """The node part of built-in implementation ``name``; raises ``ValueError`` when it has none."""
+    impl = builtins().get(name)
+    if impl is None or impl.node is None:
+        known = ", ".join(n for n, i in builtins().items() if i.node is not None)
+        raise ValueError(f"--emulate {name!r}: not a built-in node implementation; known: {known}")
+    return impl.node

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from enforcement.agent import kube as k
-from enforcement.agent.environment import enforcement_env
+from enforcement.agent.environment import dialect_env, emulated_part, enforcement_env
 from enforcement.agent.metrics import Metrics
 from enforcement.agent.options import AgentOptions
 from enforcement.agent.registry import (
@@ -190,9 +190,17 @@ class AgentCore:
         visible = gpus
         if self.options.has("wrong-visible-devices"):
             visible = self._visible_with_faults(gpus, node_gpus)
-        pipe_directory = self.backend.pipe_directory(fraction.mode)
-        env = enforcement_env(fraction, visible, pipe_directory, attachment.env)
-        mounts = tuple(dict.fromkeys((pipe_directory, *getattr(attachment, "mounts", ()))))
+        pipe = self.backend.pipe_directory(fraction.mode)
+        if self.options.emulate:
+            part = emulated_part(self.options.emulate)
+            # Its own pipe directories only where no real MPS server is reached through them (sim).
+            pipe = pipe if self.backend.name != "sim" else part.env.pipe_directories.get(fraction.mode, pipe)
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            written = str(annotations.get(nvidia_key(container, SUFFIX_DEVICES)) or "")
+            env = dialect_env(part, fraction, visible, written or ",".join(visible), pipe, attachment.env)
+        else:
+            env = enforcement_env(fraction, visible, pipe, attachment.env)
+        mounts = tuple(dict.fromkeys((pipe, *getattr(attachment, "mounts", ()))))
         return Adjustment(True, env=env, mounts=mounts)
 
     def _client_request(

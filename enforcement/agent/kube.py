@@ -36,9 +36,11 @@ from enforcement.events import NORMAL as NORMAL  # the event types, for the agen
 from enforcement.events import WARNING as WARNING
 from enforcement.events import EventRecorder, InvolvedPod
 from enforcement.hook import ContainerRef
+from enforcement.implementations import reference_node
 
 COMPONENT: Final = "gpuconf-node-agent"
-CONDITION_TYPE: Final = "gpu-fractioning.nvidia.com/Ready"
+CONDITION_TYPE: Final = reference_node().condition
+"""The reference agent's condition; an emulation writes its own (``KubeClient(condition=...)``)."""
 
 REASON_REJECTED: Final = "GPUFractionRejected"
 REASON_UNFENCED: Final = "GPUFractionUnfenced"
@@ -97,7 +99,9 @@ def _short(exc: BaseException) -> str:
 class KubeClient:
     """``Kube`` on a real API server, for the agent of ``node``."""
 
-    def __init__(self, api_client: Any, node: str, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, api_client: Any, node: str, log: Callable[[str], None], condition: str = CONDITION_TYPE
+    ) -> None:
         from kubernetes import client
 
         self._client_mod = client
@@ -105,6 +109,7 @@ class KubeClient:
         self.node = node
         self._log = log
         self._events = EventRecorder(self.core, COMPONENT, log, host=node, background=True)
+        self.condition_type = condition
         self._condition: tuple[bool, str, str] | None = None
         self._transition = _now()
 
@@ -145,7 +150,7 @@ class KubeClient:
         if self._condition is None or self._condition[0] != ok:
             self._transition = now
         condition = {
-            "type": CONDITION_TYPE,
+            "type": self.condition_type,
             "status": "True" if ok else "False",
             "reason": reason,
             "message": message[:1024],

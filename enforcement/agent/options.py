@@ -64,6 +64,10 @@ class AgentOptions:
     """When set, the node's containers are fenced through the NRI plugin (``enforcement/nri``): the
     node condition is False unless the plugin reported, within this many seconds, that it is
     registered with the container runtime. None: the hook's caller is the simulated kubelet."""
+    emulate: str = ""
+    """A built-in node implementation whose mechanisms the agent reproduces (``--emulate``): its
+    condition, env dialect and the mechanisms it claims, while enforcing the same effects; empty:
+    the reference agent's own (``enforcement.implementations``)."""
     faults: frozenset[str] = field(default_factory=frozenset)
     """Seeded faults (``FAULTS``, or an alias of ``FAULT_ALIASES``: kept as its canonical name);
     empty in every real deployment."""

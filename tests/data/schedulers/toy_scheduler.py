@@ -20,6 +20,10 @@ What it does, per round, for each unbound Pod with its ``schedulerName``, oldest
 ``--greedy`` is its one flaw, for the suite to catch: it ignores the memory already placed on a
 GPU (every GPU looks empty), so it overcommits.
 
+``--kai-like`` makes it behave as KAI Scheduler's binder does where the suite can tell (docs/contract.md
+§9.3): it places only Pods that carry a queue label (``kai.scheduler/queue``), writes GPU UUIDs,
+never the mode, quantities in canonical form (``4Gi``), with no reserve.
+
     python tests/data/schedulers/toy_scheduler.py --kubeconfig K --name gpuconf-toy [--greedy]
 """
 
@@ -50,6 +54,28 @@ from enforcement.contract import (
 )
 
 AGENT_READY = "gpu-fractioning.nvidia.com/Ready"
+QUEUE_LABEL = "kai.scheduler/queue"
+
+
+def canonical(mib: int) -> str:
+    value, unit = mib, "Mi"
+    for bigger in ("Gi", "Ti"):
+        if value % 1024:
+            break
+        value, unit = value // 1024, bigger
+    return f"{value}{unit}"
+
+
+def kai_placement(placement: Mapping[str, str]) -> dict[str, str]:
+    """As KAI's binder writes it: no mode, canonical quantities."""
+    out = {}
+    for key, value in placement.items():
+        if key.endswith(".gpu-compute.mode"):
+            continue
+        if key.endswith((".gpu-memory.request", ".gpu-memory.limit")) and value.endswith("Mi"):
+            value = canonical(int(value[:-2]))
+        out[key] = value
+    return out
 
 
 def _json(resp: Any) -> Any:
@@ -114,10 +140,11 @@ def allowed(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
 
 
 class Toy:
-    def __init__(self, core: Any, name: str, greedy: bool) -> None:
+    def __init__(self, core: Any, name: str, greedy: bool, kai_like: bool = False) -> None:
         self.core = core
         self.name = name
         self.greedy = greedy
+        self.kai_like = kai_like
         self.reported: dict[str, str] = {}
 
     def round(self) -> None:
@@ -149,6 +176,9 @@ class Toy:
         used: dict[tuple[str, str], int],
         modes: dict[tuple[str, str], set[str]],
     ) -> None:
+        if self.kai_like and QUEUE_LABEL not in ((pod.get("metadata") or {}).get("labels") or {}):
+            self.unschedulable(pod, f"no {QUEUE_LABEL} label: the Pod belongs to no queue")
+            return
         request, violations = read_request(pod)
         errors = [v for v in violations if v.is_error]
         if errors:
@@ -186,7 +216,10 @@ class Toy:
                 continue
             chosen = tuple(fitting[: request.num_devices])
             fraction = Fraction(request.container, req, lim, request.mode, chosen, request.portion)
-            if self.bind(pod, node_name, render_placement(request.container, fraction)):
+            placement = render_placement(request.container, fraction)
+            if self.kai_like:
+                placement = kai_placement(placement)
+            if self.bind(pod, node_name, placement):
                 for g in chosen:
                     used[(node_name, g)] = used.get((node_name, g), 0) + req
                     modes.setdefault((node_name, g), set()).add(request.mode)
@@ -247,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--greedy", action="store_true", help="ignore memory already placed (overcommit)")
     parser.add_argument("--interval", type=float, default=0.2)
     parser.add_argument(
+        "--kai-like", action="store_true", help="queue label required, no mode, canonical quantities"
+    )
+    parser.add_argument(
         "--queue",
         default=None,
         metavar="NAMESPACE/NAME",
@@ -264,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         except ApiException as exc:
             print(f"toy: my ToyQueue {args.queue} is missing ({exc.status}); exiting", flush=True)
             return 1
-    toy = Toy(core, args.name, args.greedy)
+    toy = Toy(core, args.name, args.greedy, args.kai_like)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     print(f"toy: serving schedulerName {args.name}{' (greedy)' if args.greedy else ''}", flush=True)
