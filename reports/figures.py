@@ -236,6 +236,9 @@ def kernel_spans(record: RunRecord | None, result: CheckResult) -> list[Spans]:
         for step in _steps(res, "compute"):
             t0 = float(step.get("t0") or 0.0)
             spans = [(t0 + a / 1000.0, t0 + b / 1000.0) for a, b in step.get("spans_ms") or []]
+            if not spans and step.get("t_end"):
+                # Results keep a summary (the spans are in the workload's log): its compute window.
+                spans = [(t0, float(step["t_end"]))]
             mode = _annotation(pod_info.get(name, {}), MODE_SUFFIX) or str(res.get("mode") or "time-slicing")
             out.append(
                 Spans(
