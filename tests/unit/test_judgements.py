@@ -236,7 +236,10 @@ def test_the_barrier_window_and_a_short_one() -> None:
         assert both > 1.0
     late = dict(b, t0=b["t0"] + 1.4, t_end=b["t_end"] + 1.4)
     assert j.shared_window(a, late)[2] < j.MIN_SHARED_S
-    apart = {TIME_SLICING: {"sharedSeconds": 1.4}, SM_SHARING: {"sharedSeconds": 0.2}}
+    apart: dict[str, dict[str, Any]] = {
+        TIME_SLICING: {"sharedSeconds": 1.4},
+        SM_SHARING: {"sharedSeconds": 0.2},
+    }
     assert j.too_short(apart) == [SM_SHARING]
 
 
