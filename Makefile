@@ -79,6 +79,8 @@ bench: setup
 	@$(BIN)/python tests/bench/bench_sandbox.py --full --runs $(BENCH_RUNS) > $(BENCH_DIR)/sandbox-full.json
 	@echo "== tests/bench/bench_suite.py"
 	@$(BIN)/python tests/bench/bench_suite.py --runs $(BENCH_RUNS) > $(BENCH_DIR)/suite.json
+	@echo "== tests/bench/bench_suite.py --fidelity h200"
+	@$(BIN)/python tests/bench/bench_suite.py --runs $(BENCH_RUNS) --fidelity h200 > $(BENCH_DIR)/suite-h200.json
 	$(BIN)/python tests/bench/report.py $(BENCH_DIR)
 
 sandbox-up: setup
