@@ -194,8 +194,21 @@ def test_the_recorded_modes_pass_by_throughput_and_in_ideal_by_overlap(fidelity:
     f = figures(fidelity)
     assert j.judge_modes(f, fidelity) == []
     assert j.too_short(f) == []  # the barrier released the neighbours together
-    assert all(r <= j.SHARED_OVER_SOLO_TS for r in f[TIME_SLICING]["sharedOverSolo"])
-    assert all(r >= j.SHARED_OVER_SOLO_SM for r in f[SM_SHARING]["sharedOverSolo"])
+    if fidelity == "h200":
+        assert all(r <= j.SHARED_OVER_SOLO_TS for r in f[TIME_SLICING]["sharedOverSolo"])
+        assert all(r >= j.SHARED_OVER_SOLO_SM for r in f[SM_SHARING]["sharedOverSolo"])
+    else:
+        assert f[TIME_SLICING]["overlapFraction"] == 0.0 and f[SM_SHARING]["overlapFraction"] > 0.9
+
+
+def test_the_ideal_device_is_judged_by_overlap_not_by_a_throughput_a_loaded_machine_bends() -> None:
+    """Recorded on a loaded machine: each 50 ms kernel's round trip took so long that a lone
+    time-slicing workload ran at 0.69 of the device, and beside its neighbour (which took its turns
+    in those gaps) at 0.52 of it: 75 % of solo, though the kernels never overlapped."""
+    f = figures("ideal")
+    f[TIME_SLICING]["sharedOverSolo"] = [0.755, 0.753]
+    assert j.judge_modes(f, "ideal") == []
+    assert j.judge_modes(f, "h200") != []
 
 
 def test_calibration_picks_a_kernel_that_does_not_fill_the_simulated_h200() -> None:
@@ -223,6 +236,9 @@ def test_modes_that_do_not_take_turns_or_do_not_overlap_fail() -> None:
     f = figures("ideal")
     f[TIME_SLICING]["overlapFraction"] = 0.6
     assert any("overlapped for 60%" in p for p in j.judge_modes(f, "ideal"))
+    f = figures("ideal")
+    f[SM_SHARING]["overlapFraction"] = 0.0
+    assert any("did not run at the same time" in p for p in j.judge_modes(f, "ideal"))
     f = figures("h200")
     f[TIME_SLICING]["overlapFraction"] = 0.6  # spans overlap on a real GPU: never judged there
     assert j.judge_modes(f, "h200") == []
