@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup binaries runtime conformance test unit integration lint bench mutation sandbox-up sandbox-down clean
+.PHONY: setup binaries runtime conformance test unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,7 +51,16 @@ integration: setup
 # every report shows (conformance/mutation-score.json). Fails when a fault escapes. (`make test` runs
 # the same mutation run as tests/integration/test_mutation.py.)
 mutation: setup
-	$(BIN)/gpuconf mutate --report-dir gpuconf-mutation --write-score
+	$(BIN)/gpuconf mutate --fidelity ideal --fidelity h200 --report-dir gpuconf-mutation --write-score
+
+# On a machine with one GPU (prepared for an H200, driver 580 / CUDA 13.0): the CuPy workload's
+# alloc-until-oom at the real granularity, touch, calibrated kernels, `gpuconf probe --backend mps`,
+# and the suite's real-GPU judgements on what they measured; JSON and text summary under
+# $(GPU_CHECK_DIR) (at most about 8 minutes). Exit 2 where there is no usable GPU.
+GPU_CHECK_DIR ?= gpu-check-results/$(shell date -u +%Y%m%dT%H%M%SZ)
+gpu-check: $(STAMP)
+	@$(BIN)/python -c "import cupy, pynvml" 2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[gpu]'
+	timeout 480 $(BIN)/python tests/gpu/gpu_check.py --out $(GPU_CHECK_DIR)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -77,6 +86,8 @@ bench: setup
 	@$(BIN)/python tests/bench/bench_sandbox.py --full --runs $(BENCH_RUNS) > $(BENCH_DIR)/sandbox-full.json
 	@echo "== tests/bench/bench_suite.py"
 	@$(BIN)/python tests/bench/bench_suite.py --runs $(BENCH_RUNS) > $(BENCH_DIR)/suite.json
+	@echo "== tests/bench/bench_suite.py --fidelity h200"
+	@$(BIN)/python tests/bench/bench_suite.py --runs $(BENCH_RUNS) --fidelity h200 > $(BENCH_DIR)/suite-h200.json
 	$(BIN)/python tests/bench/report.py $(BENCH_DIR)
 
 sandbox-up: setup

@@ -133,6 +133,8 @@ class MutationReport:
     seconds: float
     control: dict[str, Any]
     results: list[FaultResult]
+    fidelity: str = "ideal"
+    """The simulated GPUs' fidelity the faults were judged on (``enforcement.sim.fidelity``)."""
 
     @property
     def caught(self) -> int:
@@ -144,6 +146,7 @@ class MutationReport:
             "kind": "MutationReport",
             "date": self.date,
             "seconds": round(self.seconds, 1),
+            "fidelity": self.fidelity,
             "score": {"caught": self.caught, "seeded": len(self.results)},
             "control": self.control,
             "faults": [{**asdict(r), "missed": r.missed, "verdict": r.verdict} for r in self.results],
@@ -198,6 +201,7 @@ def run_mutation(
     state_dir: Path | None = None,
     extra: Sequence[str] = (),
     quick: bool = False,
+    fidelity: str = "ideal",
     log: Callable[[str], None] = print,
 ) -> MutationReport:
     started = time.monotonic()
@@ -207,10 +211,13 @@ def run_mutation(
         ports=Ports.free(),
         schedulers=schedulers,
         node_runtime=True,
+        fidelity=fidelity,
     )
+    # The runs judge the sandbox as a cluster (--kubeconfig): tell them its agent's reaction period.
+    extra = [*extra, f"--reaction-period={reaction_period(fidelity):g}"]
     box = Sandbox(config)
     box.down()
-    log(f"mutation: sandbox with {len(schedulers)} scheduler(s) ...")
+    log(f"mutation: sandbox ({fidelity} fidelity) with {len(schedulers)} scheduler(s) ...")
     box.up(log=lambda m: None)
     results: list[FaultResult] = []
     try:
@@ -246,7 +253,7 @@ def run_mutation(
         }
         if rc != 0 or not outcomes or any(o in ("failed", "error") for o in outcomes):
             log(f"mutation: the control did not pass (exit {rc}); nothing else is judged\n{output[-3000:]}")
-            return MutationReport(_now(), time.monotonic() - started, control, [])
+            return MutationReport(_now(), time.monotonic() - started, control, [], fidelity)
         log(f"mutation: control passed ({len(outcomes)} items, {took:.0f} s)")
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -282,7 +289,14 @@ def run_mutation(
                 results += list(pool.map(agent_run, batch))
     finally:
         box.down()
-    return MutationReport(_now(), time.monotonic() - started, control, results)
+    return MutationReport(_now(), time.monotonic() - started, control, results, fidelity)
+
+
+def reaction_period(fidelity: str) -> float:
+    """The sandbox's reference agent's reaction period in ``fidelity``, plus one pressure poll."""
+    from enforcement.sim.fidelity import fidelity as named
+
+    return round(named(fidelity).agent_reaction_period_s + 0.1, 3)
 
 
 def _only(expected: dict[str, tuple[str, ...]], fault: str, narrow: bool) -> list[str]:
@@ -334,39 +348,78 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent", canonical_fault)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     extra = [f"--timeout-scale={args.timeout_scale}"]
-    try:
-        report = run_mutation(
-            scheduler_faults,
-            agent_faults,
-            args.report_dir.resolve(),
-            parallel=args.parallel,
-            extra=extra,
-            quick=args.quick,
+    fidelities = list(dict.fromkeys(args.fidelity or ["ideal"]))
+    reports: list[MutationReport] = []
+    for fidelity in fidelities:
+        out = args.report_dir if len(fidelities) == 1 else args.report_dir / fidelity
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            report = run_mutation(
+                scheduler_faults,
+                agent_faults,
+                out.resolve(),
+                parallel=args.parallel,
+                extra=extra,
+                quick=args.quick,
+                fidelity=fidelity,
+            )
+        except SandboxError as exc:
+            print(f"gpuconf: error: {exc}", file=sys.stderr)
+            return 2
+        (out / "mutation.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+        print(f"== {fidelity} fidelity")
+        print("\n".join(table(report)))
+        print(
+            f"\nscore ({fidelity}): {report.caught}/{len(report.results)} seeded faults caught in "
+            f"{report.seconds:.0f} s"
         )
-    except SandboxError as exc:
-        print(f"gpuconf: error: {exc}", file=sys.stderr)
-        return 2
-    data = report.as_dict()
-    (args.report_dir / "mutation.json").write_text(json.dumps(data, indent=2) + "\n")
-    print("\n".join(table(report)))
-    escaped = [f"{r.fault} ({r.verdict})" for r in report.results if r.verdict != "caught"]
-    print(f"\nscore: {report.caught}/{len(report.results)} seeded faults caught in {report.seconds:.0f} s")
-    if not report.results:
+        reports.append(report)
+    if len(reports) > 1:
+        caught = {r.fidelity: {f.fault for f in r.results if f.verdict == "caught"} for r in reports}
+        everywhere = set.intersection(*(set(v) for v in caught.values()))
+        only_ideal = sorted(caught.get("ideal", set()) - everywhere)
+        print(f"caught only in the ideal fidelity: {', '.join(only_ideal) or 'none'}")
+    if any(not r.results for r in reports):
         print(
             "the control run did not pass: the suite cannot be measured against faults here", file=sys.stderr
         )
         return 1
     if args.write_score:
-        score = {k: data[k] for k in ("date", "seconds", "score")}
-        score["faults"] = {
-            r.fault: {"kind": r.kind, "verdict": r.verdict, "caughtBy": r.caught_by} for r in report.results
-        }
-        SCORE_PATH.write_text(json.dumps(score, indent=2) + "\n")
+        SCORE_PATH.write_text(json.dumps(score_record(reports), indent=2) + "\n")
         print(f"wrote {SCORE_PATH}")
+    escaped = [
+        f"{r.fault} ({r.verdict}, {rep.fidelity})"
+        for rep in reports
+        for r in rep.results
+        if r.verdict != "caught"
+    ]
     if escaped:
         print(f"findings: {', '.join(escaped)}", file=sys.stderr)
         return 1
     return 0
+
+
+def score_record(reports: Sequence[MutationReport]) -> dict[str, Any]:
+    """What ``--write-score`` records: the first fidelity's score at the top (the shape every report
+    reads), and each fidelity's under ``fidelities``."""
+
+    def one(report: MutationReport) -> dict[str, Any]:
+        data = report.as_dict()
+        score = {k: data[k] for k in ("date", "seconds", "fidelity", "score")}
+        score["faults"] = {
+            r.fault: {"kind": r.kind, "verdict": r.verdict, "caughtBy": r.caught_by} for r in report.results
+        }
+        return score
+
+    record = one(reports[0])
+    if len(reports) > 1:
+        record["fidelities"] = {
+            r.fidelity: {k: v for k, v in one(r).items() if k != "faults"} for r in reports
+        }
+        record["fidelities"] = {
+            r.fidelity: {**record["fidelities"][r.fidelity], "faults": one(r)["faults"]} for r in reports
+        }
+    return record
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -383,6 +436,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--parallel", type=int, default=3, help="scheduler-fault runs at a time (%(default)s)"
     )
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every timeout")
+    parser.add_argument(
+        "--fidelity",
+        action="append",
+        choices=("ideal", "h200"),
+        help="the simulated GPUs' fidelity to judge the faults on, repeatable: each is scored on its own "
+        "(default: ideal); --fidelity ideal --fidelity h200 scores both",
+    )
     parser.add_argument("--write-score", action="store_true", help=f"record the score in {SCORE_PATH.name}")
     parser.add_argument(
         "--quick",

@@ -91,6 +91,19 @@ def _default_scheduler(args: argparse.Namespace) -> str:
     return parse_spec(specs[0]).name
 
 
+REFERENCE_POLL_S = 0.1
+"""The reference agent's pressure poll (``enforcement.agent.options.AgentOptions.evict_interval_s``)."""
+
+
+def sandbox_reaction_period(args: argparse.Namespace) -> float:
+    """The reaction period of the sandbox's reference agent: its fidelity's, plus one poll."""
+    from enforcement.sim.fidelity import fidelity
+    from fixtures.sandbox.topology import load
+
+    name = getattr(args, "fidelity", None) or load(args.topology).fidelity
+    return round(fidelity(name).agent_reaction_period_s + REFERENCE_POLL_S, 3)
+
+
 def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: str, target: str) -> list[str]:
     """``kubeconfig`` None: in-cluster configuration (the plugin finds it itself)."""
     # Paths go as --opt=value: pytest would take a lone path-like token as a hint for its rootdir.
@@ -120,6 +133,11 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
     ):
         if value:
             out.append(f"{name}={value}")
+    period = getattr(args, "reaction_period", None)
+    if period is None and target == "gpuconf-sandbox":
+        period = sandbox_reaction_period(args)
+    if period is not None:
+        out.append(f"--reaction-period={period:g}")
     if args.skip_preflight:
         out.append("--skip-preflight")
     if args.workers > 1:
@@ -320,6 +338,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     how.add_argument("--gpu-node-selector", default="", help="label selector limiting the GPU nodes used")
     how.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every timeout (%(default)s)")
+    how.add_argument(
+        "--reaction-period",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the node agent's declared reaction period (hold windows and waits are multiples of it; "
+        "default: the sandbox's reference agent's for its fidelity, else 2 s)",
+    )
     how.add_argument(
         "-n", "--workers", type=int, default=1, help="checks in parallel (pytest-xdist; bounded by nodes)"
     )

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from conformance.judgements import EvictionEffect, eviction_effect, within
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
+from fixtures.suite.reaction import hold_s, reaction_wait_s
 from fixtures.suite.scenario import Outcome, Stage, mib, plan, require
 
 MIB: Final = 1 << 20
 PRESSURE_WAIT_S: Final = 10.0
-"""How long a guaranteed workload retries under pressure; the reference agent reacts in 0.1-1 s."""
+"""How long a guaranteed workload retries under pressure (refused, or out of memory as a real GPU
+says it) at least; and at least ``fixtures.suite.reaction.WAIT_PERIODS`` reaction periods."""
 RETRY_S: Final = 0.05
 BEAT_S: Final = 0.1
 HOLD_S: Final = 1.0
@@ -34,7 +37,7 @@ def borrower_plan(stage: Stage, request: int) -> dict[str, Any]:
     """Hold the request, then take every idle byte up to the limit; Ready; beat until stopped."""
     return plan(
         "borrower",
-        {"op": "alloc", "bytes": mib(request), "label": "guarantee"},
+        {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
         {"op": "alloc-until-oom", "granularity": mib(max(1, stage.mib(0.01))), "label": "borrowed"},
         {"op": "touch"},
         {"op": "ready"},
@@ -43,10 +46,10 @@ def borrower_plan(stage: Stage, request: int) -> dict[str, Any]:
 
 
 def holder_plan(name: str, size: int) -> dict[str, Any]:
-    """Hold ``size`` MiB (within its guarantee); Ready; beat until stopped."""
+    """Hold ``size`` MiB less the headroom (within its guarantee of ``size``); Ready; beat until stopped."""
     return plan(
         name,
-        {"op": "alloc", "bytes": mib(size)},
+        {"op": "alloc", "bytes": mib(within(size))},
         {"op": "touch"},
         {"op": "ready"},
         {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
@@ -54,13 +57,16 @@ def holder_plan(name: str, size: int) -> dict[str, Any]:
 
 
 def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
-    """Allocate ``size`` MiB (its whole guarantee), retrying while refused under pressure."""
+    """Allocate its guarantee of ``size`` MiB (less the headroom), retrying while refused under
+    pressure or out of memory (the eviction it waits for has not landed yet)."""
+    wait = reaction_wait_s(suite.options, PRESSURE_WAIT_S)
     return plan(
         name,
         {
             "op": "alloc",
-            "bytes": mib(size),
-            "retry_on_pressure": suite.timeout(PRESSURE_WAIT_S),
+            "bytes": mib(within(size)),
+            "retry_on_pressure": wait,
+            "retry_on_oom": wait,
             "retry_interval": RETRY_S,
         },
         {"op": "touch"},
@@ -74,15 +80,24 @@ def must_be_ready(stage: Stage, name: str, why: str) -> None:
         require(ended, (), why)
 
 
-def eviction_fact(suite: Suite, evicted: list[Outcome], kept: list[Outcome], claim: Outcome) -> None:
-    """Who was evicted under pressure and who kept running, and how long the claimant waited."""
+def effects(outcomes: list[Outcome], requests: dict[str, int]) -> dict[str, EvictionEffect]:
+    """Each workload's eviction, judged by its effect (``conformance.judgements.eviction_effect``)."""
+    return {o.name: eviction_effect(o, requests.get(o.name)) for o in outcomes}
+
+
+def eviction_fact(
+    suite: Suite, evicted: list[Outcome], kept: list[Outcome], claim: Outcome, seen: dict[str, EvictionEffect]
+) -> None:
+    """Who was evicted under pressure (and by what mechanism) and who kept running, and how long the
+    claimant waited."""
     granted = claim.step("alloc").get("ms")
     suite.evidence.fact(
         "eviction",
         {
-            "evicted": [o.name for o in evicted if o.evicted],
-            "kept": [o.name for o in kept if not o.evicted],
-            "reason": ", ".join(sorted({o.disruption or o.status for o in evicted if o.evicted})),
+            "evicted": [o.name for o in evicted if seen[o.name].evicted],
+            "kept": [o.name for o in kept if not seen[o.name].evicted],
+            "reason": ", ".join(sorted({seen[o.name].mechanism for o in evicted if seen[o.name].evicted})),
+            "mechanisms": {name: e.as_fact() for name, e in seen.items()},
             "seconds": round(float(granted) / 1000, 3) if granted is not None else None,
         },
     )
@@ -95,6 +110,7 @@ def pressure_resolved(out: Outcome) -> dict[str, Any]:
     return {
         "grantedAfterMs": step.get("ms"),
         "attemptsUnderPressure": resolved.get("attempts", 1 if step.get("outcome") == "ok" else None),
+        "refusedAs": resolved.get("refused_as"),
         "candidates": resolved.get("candidates"),
         "outcome": step.get("outcome"),
     }
@@ -123,12 +139,14 @@ def test_soft_limit_eviction(suite: Suite) -> None:
     suite.evidence.fact("pressure", pressure_resolved(got))
     lent = stage.stop(borrower.name)
     suite.evidence.fact("borrower", lent.as_dict())
-    eviction_fact(suite, [lent], [got], got)
-    if not lent.evicted:
+    seen = effects([lent, got], {borrower.name: request})
+    eviction_fact(suite, [lent], [got], got, seen)
+    if not seen[lent.name].evicted:
         raise fail(
             f"{borrower.name} borrowed beyond its request of {request} MiB and was not evicted when "
             f"{claimant.name} "
-            f"needed {claim} MiB within its guarantee (claimant ended {got.status or got.phase})"
+            f"needed {claim} MiB within its guarantee (claimant ended {got.status or got.phase}): it neither "
+            "ended nor lost the memory above its request"
         )
     require(got, ("ok",), f"after the borrower's eviction its {claim} MiB guarantee must be available to it")
 
@@ -162,18 +180,19 @@ def test_guarantee_kept(suite: Suite) -> None:
     suite.evidence.fact(
         "outcomes", {"keeper": held.as_dict(), "claimant": got.as_dict(), "borrower": lent.as_dict()}
     )
-    eviction_fact(suite, [lent, held, got], [held, got], got)
-    evicted = [o for o in (held, got) if o.evicted]
+    seen = effects([lent, held, got], {borrower.name: request})
+    eviction_fact(suite, [lent, held, got], [held, got], got, seen)
+    evicted = [o for o in (held, got) if seen[o.name].evicted and o.status != "unexpected-oom"]
     if evicted:
         raise fail(
             "evicted within their guarantee: "
-            + "; ".join(f"{o.name} ({o.disruption or o.status})" for o in evicted)
+            + "; ".join(f"{o.name} ({seen[o.name].mechanism}: {seen[o.name].detail})" for o in evicted)
             + f" (the GPU was under pressure because {borrower.name} borrowed beyond its request of "
             f"{request} MiB)"
         )
     require(held, ("ok",), f"it held {kept} MiB within its guarantee and must keep running")
     beat = held.step("heartbeat")
-    if beat.get("used_min") and min(beat["used_min"]) < kept * MIB:
+    if beat.get("used_min") and min(beat["used_min"]) < within(kept) * MIB:
         raise fail(f"{keeper.name} held {kept} MiB within its guarantee but lost some of it under pressure")
     require(got, ("ok",), f"its {claim} MiB are within its guarantee")
 
@@ -196,10 +215,11 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
             f"borrower-{i}",
             plan(
                 f"borrower-{i}",
-                {"op": "alloc", "bytes": mib(request), "label": "guarantee"},
-                {"op": "alloc", "bytes": mib(limit - request), "label": "borrowed"},
+                {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
+                {"op": "alloc", "bytes": mib(within(limit) - within(request)), "label": "borrowed"},
                 {"op": "touch"},
-                {"op": "heartbeat", "interval": BEAT_S, "seconds": HOLD_S},
+                # Long enough for an agent that evicts wrongly to have done it: reaction periods.
+                {"op": "heartbeat", "interval": BEAT_S, "seconds": hold_s(suite.options, HOLD_S)},
                 {"op": "meminfo"},
             ),
             request_mib=request,
@@ -210,12 +230,14 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
     placed = [stage.placed(n) for n in names]
     outcomes = [stage.wait_ended(p.name) for p in placed]
     suite.evidence.fact("borrowers", {o.name: o.as_dict() for o in outcomes})
-    evicted = [o for o in outcomes if o.evicted]
+    seen = effects(outcomes, {p.name: request for p in placed})
+    suite.evidence.fact("mechanisms", {name: e.as_fact() for name, e in seen.items()})
+    evicted = [o for o in outcomes if seen[o.name].evicted and o.status != "unexpected-oom"]
     if evicted:
         raise fail(
             f"evicted while borrowing {limit - request} MiB each on a GPU with "
             f"{stage.memory_mib - 2 * limit} MiB still free: "
-            + ", ".join(f"{o.name} ({o.disruption or o.status})" for o in evicted)
+            + ", ".join(f"{o.name} ({seen[o.name].mechanism}: {seen[o.name].detail})" for o in evicted)
         )
     for out in outcomes:
         require(out, ("ok",), f"it may borrow up to its limit of {limit} MiB while the GPU has free memory")

@@ -6,7 +6,9 @@ below from it. Each has one preferred shape, a ``facts`` entry a check writes on
 otherwise derived from what the check recorded anyway (workload results, the probe's evidence):
 
 ``facts["boundary"]``
-    ``{"limitMiB": L, "foundMiB": F}``: the hard limit and where an allocation first failed.
+    ``{"limitMiB": L, "foundMiB": F, "boundedBy": B?}``: the hard limit and where an allocation first
+    failed, and what bounded it (``the limit``, or ``the GPU's free memory`` where neighbours held the
+    rest: then the distance to the limit is no error, and no ``boundaryErrorMiB`` is derived).
     Derived from a workload's ``alloc-until-oom`` step (``max_bytes``) with the Pod's limit at
     binding, or the probe's ``limit_bytes`` / ``max_allocated_bytes``.
 ``facts["borrowing"]``
@@ -127,15 +129,34 @@ def _steps(result: Mapping[str, Any], op: str) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- measurements
 
 
+BOUNDED_BY_LIMIT: Final = "the limit"
+BOUNDED_BY_DEVICE: Final = "the GPU's free memory"
+
+
 @dataclass
 class Boundary:
     workload: str
     limit_mib: float
     found_mib: float
+    bounded_by: str = BOUNDED_BY_LIMIT
+    """What stopped the search: the limit (the fence), or what the GPU had left (a neighbour held
+    the rest), in which case the distance to the limit is no error."""
 
     @property
     def error_mib(self) -> float:
         return abs(self.found_mib - self.limit_mib)
+
+    @property
+    def by_limit(self) -> bool:
+        return self.bounded_by == BOUNDED_BY_LIMIT
+
+
+def _bounded_by(step: Mapping[str, Any]) -> str:
+    """What ended an ``alloc-until-oom`` search, from what the device said."""
+    reason = str((step.get("oom") or {}).get("reason") or "")
+    if step.get("stopped_by") == "pressure" or reason in ("device-full", "guarantee-unsatisfiable"):
+        return BOUNDED_BY_DEVICE
+    return BOUNDED_BY_LIMIT
 
 
 def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
@@ -143,7 +164,14 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
     out: list[Boundary] = []
     given = f.get("boundary")
     if isinstance(given, Mapping) and given.get("limitMiB") is not None and given.get("foundMiB") is not None:
-        out.append(Boundary(str(given.get("workload") or "main"), given["limitMiB"], given["foundMiB"]))
+        out.append(
+            Boundary(
+                str(given.get("workload") or "main"),
+                given["limitMiB"],
+                given["foundMiB"],
+                str(given.get("boundedBy") or BOUNDED_BY_LIMIT),
+            )
+        )
     elif "limit_bytes" in f and "max_allocated_bytes" in f:
         out.append(Boundary("probe", f["limit_bytes"] / MIB, max(0, f["max_allocated_bytes"]) / MIB))
     if out:
@@ -155,7 +183,7 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
                 _annotation(pod_info.get(name, {}), REQUEST_SUFFIX)
             )
             if limit is not None and step.get("max_bytes") is not None:
-                out.append(Boundary(name, limit, int(step["max_bytes"]) / MIB))
+                out.append(Boundary(name, limit, int(step["max_bytes"]) / MIB, _bounded_by(step)))
     return out
 
 
@@ -236,6 +264,9 @@ def kernel_spans(record: RunRecord | None, result: CheckResult) -> list[Spans]:
         for step in _steps(res, "compute"):
             t0 = float(step.get("t0") or 0.0)
             spans = [(t0 + a / 1000.0, t0 + b / 1000.0) for a, b in step.get("spans_ms") or []]
+            if not spans and step.get("t_end"):
+                # Results keep a summary (the spans are in the workload's log): its compute window.
+                spans = [(t0, float(step["t_end"]))]
             mode = _annotation(pod_info.get(name, {}), MODE_SUFFIX) or str(res.get("mode") or "time-slicing")
             out.append(
                 Spans(
@@ -313,7 +344,7 @@ def density_ramp(record: RunRecord | None, result: CheckResult) -> list[dict[str
 def figures_of(record: RunRecord | None, result: CheckResult) -> dict[str, float]:
     """The check's figures: those it recorded, plus the ones derived from its evidence."""
     out: dict[str, float] = {}
-    found = boundaries(record, result)
+    found = [b for b in boundaries(record, result) if b.by_limit]
     if found:
         out["boundaryErrorMiB"] = round(max(b.error_mib for b in found), 3)
     ev = eviction(record, result)

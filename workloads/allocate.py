@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -50,10 +51,13 @@ from .backends import (
     select_backend,
 )
 from .plan import (
+    CALIBRATED,
+    CALIBRATION_SPEEDUP,
     DEFAULT_READY_PATH,
     READY_PATH_ENV,
     AllocStep,
     AllocUntilOomStep,
+    CalibrateStep,
     ComputeStep,
     EnvStep,
     FaultStep,
@@ -142,7 +146,8 @@ class Runner:
         self._ending = ending
         """The process ends after this run (the CLI): a terminating signal after the plan is ignored."""
         self._expected_oom = False
-        tag = "simulated GPU" if backend.simulated else backend.name
+        self._calibrated: int | None = None
+        tag = str(getattr(backend, "label", "simulated GPU")) if backend.simulated else backend.name
         self._prefix = f"gpuconf-workload ({tag}):"
         self._handlers: dict[type[Step], Callable[[Any], tuple[str, dict[str, Any]]]] = {
             AllocStep: self._alloc,
@@ -154,6 +159,7 @@ class Runner:
             MemInfoStep: self._meminfo,
             SmiStep: self._smi,
             ComputeStep: self._compute,
+            CalibrateStep: self._calibrate,
             FaultStep: self._fault,
             ReadyStep: self._ready,
             EnvStep: self._env,
@@ -275,8 +281,9 @@ class Runner:
         devices = ", ".join(f"{d['i']}: {d['name']} {_mib(d['total'])}" for d in result["devices"])
         where = ""
         if self.backend.simulated:
-            where = f" SIMULATED device on node {result.get('node')}, client {result.get('client')},"
-            where += f" {result.get('mode')};"
+            label = result.get("device") or "simulated GPU"
+            where = f" SIMULATED device ({label}) on node {result.get('node')},"
+            where += f" client {result.get('client')}, {result.get('mode')};"
         return f"plan {self.plan.name!r}, {len(self.plan.steps)} step(s);{where} devices [{devices}]"
 
     def _run_step(self, index: int, step: Step) -> tuple[dict[str, Any], _Failure | None]:
@@ -321,7 +328,7 @@ class Runner:
 
     @staticmethod
     def _summary(details: dict[str, Any]) -> str:
-        keys = ("bytes", "max_bytes", "held", "kernels", "beats", "ended_by", "message")
+        keys = ("bytes", "max_bytes", "held", "kernels", "matrix", "beats", "ended_by", "message")
         parts = [f"{k}={details[k]}" for k in keys if k in details]
         return (": " + ", ".join(parts))[:400] if parts else ""
 
@@ -380,28 +387,42 @@ class Runner:
     # ---- steps: each returns (outcome, details)
 
     def _alloc_once(self, step: AllocStep, size: int) -> tuple[Any, dict[str, Any] | None]:
-        """One allocation, retried while refused under pressure for up to the step's retry time."""
-        deadline = time.monotonic() + step.retry_on_pressure_s
+        """One allocation, retried while refused under pressure (or out of memory, where the step
+        says so: how a real GPU answers a claimant whose eviction is pending) for up to the step's
+        retry times."""
+        began = time.monotonic()
         attempts = 0
-        first: PressureRefused | None = None
+        first: PressureRefused | OutOfMemory | None = None
         while True:
             attempts += 1
             try:
                 handle = self.backend.alloc(step.device, size)
             except PressureRefused as exc:
                 first = first or exc
-                if time.monotonic() + step.retry_interval_s > deadline:
+                if time.monotonic() + step.retry_interval_s > began + step.retry_on_pressure_s:
+                    raise
+                self._sleep(step.retry_interval_s)
+                continue
+            except OutOfMemory as exc:
+                if exc.reason == "hard-limit":
+                    raise  # past its own limit: no eviction will change that
+                first = first or exc
+                if time.monotonic() + step.retry_interval_s > began + step.retry_on_oom_s:
                     raise
                 self._sleep(step.retry_interval_s)
                 continue
             if first is None:
                 return handle, None
-            self.say(f"allocation of {_mib(size)} granted after {attempts} attempts under pressure")
-            return handle, {
+            kind = "under pressure" if isinstance(first, PressureRefused) else "out of memory"
+            self.say(f"allocation of {_mib(size)} granted after {attempts} attempts {kind}")
+            resolved: dict[str, Any] = {
                 "attempts": attempts,
-                "candidates": list(first.candidates),
-                "shortfall": first.shortfall,
+                "refused_as": "pressure" if isinstance(first, PressureRefused) else "oom",
+                "waited_s": round(time.monotonic() - began, 3),
             }
+            if isinstance(first, PressureRefused):
+                resolved.update(candidates=list(first.candidates), shortfall=first.shortfall)
+            return handle, resolved
 
     def _alloc(self, step: AllocStep) -> tuple[str, dict[str, Any]]:
         done = pieces = 0
@@ -636,31 +657,75 @@ class Runner:
             self.say(f"nvidia-smi: GPU {g['index']} {g['uuid']} {g['used_mib']} MiB / {g['total_mib']} MiB")
         return "ok", {"gpus": gpus, "command": " ".join(SMI_COMMAND)}
 
-    def _compute(self, step: ComputeStep) -> tuple[str, dict[str, Any]]:
+    def _run_kernels(
+        self, device: int, seconds: float, kernel_s: float, matrix: int, streams: int = 1
+    ) -> tuple[list[Any], float]:
         spans = []
-        work = 0.0
         started = time.monotonic()
-        while time.monotonic() - started < step.seconds:
-            span = self.backend.kernel(step.device, step.kernel_s, step.matrix)
-            spans.append(span)
-            work += span.work
-        wall = time.monotonic() - started
+        while time.monotonic() - started < seconds:
+            spans.append(self.backend.kernel(device, kernel_s, matrix, streams))
+        return spans, time.monotonic() - started
+
+    def _compute(self, step: ComputeStep) -> tuple[str, dict[str, Any]]:
+        matrix = step.matrix
+        if matrix == CALIBRATED:
+            if self._calibrated is None:
+                raise StepError('compute: matrix "calibrated" needs an earlier calibrate step')
+            matrix = self._calibrated
+        spans, wall = self._run_kernels(step.device, step.seconds, step.kernel_s, matrix)
+        work = sum(s.work for s in spans)
         t0 = spans[0].start if spans else time.time()
+        t_end = spans[-1].end if spans else t0
         busy = sum(s.end - s.start for s in spans)
-        self.say(f"compute: {len(spans)} kernels in {wall:.2f}s, busy {busy:.2f}s")
-        return "ok", {
+        shared = [s.shared_s for s in spans if s.shared_s is not None]
+        # Every span goes to the log (the details); the result keeps counters and a digest, so a
+        # judgement never depends on what the 4 KiB termination message had room for.
+        rel = [[round((s.start - t0) * 1000, 2), round((s.end - t0) * 1000, 2)] for s in spans]
+        text = json.dumps(rel, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.say(f"compute: {len(spans)} kernels in {wall:.2f}s, busy {busy:.2f}s, matrix {matrix}")
+        self.say(f"compute spans (ms after t0={t0:.6f}; sha256 {digest}): {text}")
+        details: dict[str, Any] = {
             "device": step.device,
+            "matrix": matrix,
             "kernels": len(spans),
             "wall_s": round(wall, 4),
             "busy_s": round(busy, 4),
             "kernels_per_s": round(len(spans) / wall, 3) if wall > 0 else 0.0,
             "work_unit": self.backend.work_unit,
-            "work_per_s": round(work / wall, 3) if wall > 0 else 0.0,
-            # Wall-clock epoch of the first kernel, then each kernel's [start, end] in ms after it:
-            # spans of neighbours compare on the same clock to measure overlap.
+            "work": round(work, 6),
+            "work_per_s": round(work / wall, 6) if wall > 0 else 0.0,
+            # Wall-clock epoch of the first kernel's start and the last one's end: neighbours'
+            # windows compare on the same clock.
             "t0": round(t0, 6),
-            "spans_ms": [[round((s.start - t0) * 1000, 2), round((s.end - t0) * 1000, 2)] for s in spans],
+            "t_end": round(t_end, 6),
+            "spans_digest": digest,
         }
+        if shared:
+            details["shared_s"] = round(sum(shared), 4)
+        return "ok", details
+
+    def _calibrate(self, step: CalibrateStep) -> tuple[str, dict[str, Any]]:
+        table = []
+        picked = None
+        for matrix in step.sizes:
+            row: dict[str, Any] = {"matrix": matrix}
+            for streams in (1, 2):
+                spans, wall = self._run_kernels(step.device, step.seconds, step.kernel_s, matrix, streams)
+                rate = sum(s.work for s in spans) / wall if wall > 0 else 0.0
+                row[f"work_per_s_{streams}"] = round(rate, 6)
+            one = row["work_per_s_1"]
+            row["speedup"] = round(row["work_per_s_2"] / one, 3) if one else 0.0
+            table.append(row)
+            self.say(f"calibrate: matrix {matrix}: two streams do {row['speedup']}x the work of one")
+            if row["speedup"] >= CALIBRATION_SPEEDUP:
+                picked = matrix
+                break
+        if picked is None:
+            picked = step.sizes[-1]
+        self._calibrated = picked
+        self.say(f"calibrate: picked matrix {picked}")
+        return "ok", {"device": step.device, "matrix": picked, "table": table}
 
     def _fault(self, step: FaultStep) -> tuple[str, dict[str, Any]]:
         message = self.backend.fault(step.device)

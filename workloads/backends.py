@@ -105,6 +105,19 @@ class KernelSpan:
     start: float  # wall clock (time.time), so spans of different processes compare
     end: float
     work: float  # in the backend's work_unit
+    shared_s: float | None = None  # simulated device: time another client's kernel ran beside it
+
+
+SM_COUNT = 132
+"""SMs of an H200 SXM (docs/contract.md §10)."""
+MATMUL_TILE = 128
+"""The output tile one thread block of a large float32 matmul computes (docs/contract.md §10)."""
+
+
+def sm_fraction(matrix: int, sms: int = SM_COUNT) -> float:
+    """The share of the GPU's SMs an n×n matmul occupies: one block per 128×128 output tile."""
+    tiles = (-(-matrix // MATMUL_TILE)) ** 2
+    return min(1.0, tiles / sms)
 
 
 class Backend(Protocol):
@@ -118,7 +131,7 @@ class Backend(Protocol):
     def free(self, handle: Any) -> None: ...
     def touch(self, handle: Any) -> None: ...
     def meminfo(self) -> list[MemState]: ...
-    def kernel(self, device: int, seconds: float, matrix: int) -> KernelSpan: ...
+    def kernel(self, device: int, seconds: float, matrix: int, streams: int = 1) -> KernelSpan: ...
     def fault(self, device: int) -> str: ...
     def close(self) -> None: ...
 
@@ -154,6 +167,8 @@ class SimBackend:
             p = exc.reply
             return PressureRefused(requested or p.requested_bytes, p.candidates, p.shortfall_bytes, p.message)
         if isinstance(exc, simwire.SimFault):
+            if exc.reply.origin == "memory-manager":  # evicted by a CUDA-style error (h200 agent option)
+                return DeviceFault(exc.reply.message, "simulated-cuda-error/memory-reclaimed")
             return DeviceFault(exc.reply.message, "simulated-fault/illegal-address")
         if isinstance(exc, simwire.SimGone):
             return ClientGone(exc.reply.reason, exc.reply.message)
@@ -165,9 +180,29 @@ class SimBackend:
         except (simwire.SimError, simwire.SimConnectionError, simwire.WireError) as exc:
             raise self._translate(exc, requested) from None
 
+    @property
+    def label(self) -> str:
+        """How the device is named in logs and results: "simulated GPU", "simulated H200"."""
+        return "simulated H200" if self.fidelity == "h200" else "simulated GPU"
+
+    @property
+    def fidelity(self) -> str:
+        return str(getattr(self._client.hello, "fidelity", "ideal") or "ideal")
+
     def describe(self) -> dict[str, Any]:
         h = self._client.hello
-        return {"node": h.node, "client": h.client, "mode": h.mode}
+        out: dict[str, Any] = {
+            "node": h.node,
+            "client": h.client,
+            "mode": h.mode,
+            "fidelity": self.fidelity,
+            "device": self.label,
+        }
+        if h.context_bytes:
+            out["context_bytes"] = h.context_bytes
+        if h.granularity_bytes > 1:
+            out["granularity_bytes"] = h.granularity_bytes
+        return out
 
     def devices(self) -> list[DeviceInfo]:
         return [DeviceInfo(d.ordinal, d.uuid, d.name, d.total_bytes) for d in self._client.hello.devices]
@@ -185,9 +220,11 @@ class SimBackend:
         reply = self._call(self._client.meminfo)
         return [MemState(d.ordinal, d.total_bytes, d.used_bytes, d.free_bytes) for d in reply.devices]
 
-    def kernel(self, device: int, seconds: float, matrix: int) -> KernelSpan:
-        reply = self._call(self._client.kernel, device, seconds)
-        return KernelSpan(reply.start, reply.end, reply.end - reply.start)
+    def kernel(self, device: int, seconds: float, matrix: int, streams: int = 1) -> KernelSpan:
+        reply = self._call(self._client.kernel, device, seconds, sm_fraction(matrix), streams)
+        # The work is what the kernel did (its solo seconds, per stream), not how long it took:
+        # a throughput from it drops when neighbours slow the kernel down.
+        return KernelSpan(reply.start, reply.end, reply.work_s or seconds * streams, reply.shared_s)
 
     def fault(self, device: int) -> str:
         return str(self._call(self._client.fault, device).message)
@@ -226,6 +263,7 @@ class CupyBackend:
         if self._count < 1:
             raise BackendUnavailable("CUDA reports no device")
         self._matrices: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._streams: dict[int, list[Any]] = {}
 
     def _fail(self, exc: Exception) -> BackendError:
         status = getattr(exc, "status", None)
@@ -291,8 +329,11 @@ class CupyBackend:
             raise self._fail(exc) from None
         return out
 
-    def kernel(self, device: int, seconds: float, matrix: int) -> KernelSpan:
+    def kernel(self, device: int, seconds: float, matrix: int, streams: int = 1) -> KernelSpan:
+        # One "kernel" is a batch of matmuls on each of ``streams`` CUDA streams, long enough that
+        # launch overhead does not decide the throughput; ``seconds`` is ignored (the size decides).
         cp = self._cp
+        reps = max(1, min(64, (4096 // max(matrix, 1)) ** 2))
         try:
             with cp.cuda.Device(device):
                 key = (device, matrix)
@@ -303,9 +344,16 @@ class CupyBackend:
                     )
                     cp.cuda.Device().synchronize()
                 a, b = self._matrices[key]
+                pool = self._streams.setdefault(device, [])
+                while len(pool) < streams:
+                    pool.append(cp.cuda.Stream(non_blocking=True))
                 start = time.time()
-                cp.matmul(a, b)
-                cp.cuda.Device().synchronize()
+                for stream in pool[:streams]:
+                    with stream:
+                        for _ in range(reps):
+                            cp.matmul(a, b)
+                for stream in pool[:streams]:
+                    stream.synchronize()
                 end = time.time()
         except cp.cuda.memory.OutOfMemoryError as exc:
             raise OutOfMemory(
@@ -313,7 +361,7 @@ class CupyBackend:
             ) from None
         except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
-        return KernelSpan(start, end, 2.0 * matrix**3)
+        return KernelSpan(start, end, 2.0 * matrix**3 * reps * streams)
 
     def fault(self, device: int) -> str:
         cp = self._cp
@@ -336,6 +384,7 @@ class CupyBackend:
 
     def close(self) -> None:
         self._matrices.clear()
+        self._streams.clear()
 
 
 def select_backend(name: str, environ: Mapping[str, str]) -> Backend:

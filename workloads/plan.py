@@ -9,8 +9,9 @@ workload exits with its plan-error code instead of running half a plan.
 Sizes are byte counts or Kubernetes-style quantities (``"512Mi"``, ``"1Gi"``, ``"1G"``).
 
 Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``hold``, ``free``, ``meminfo``,
-``smi``, ``compute``, ``fault``, ``heartbeat``, ``ready``, ``env``. Every step takes ``expect``: ``ok``
-(the default) or ``any`` (record a failure and go on); ``alloc`` also takes ``oom`` and ``pressure``.
+``smi``, ``compute``, ``calibrate``, ``fault``, ``heartbeat``, ``ready``, ``env``. Every step takes
+``expect``: ``ok`` (the default) or ``any`` (record a failure and go on); ``alloc`` also takes
+``oom`` and ``pressure``.
 """
 
 from __future__ import annotations
@@ -170,6 +171,9 @@ class AllocStep:
     expect: str = "ok"
     retry_on_pressure_s: float = 0.0  # keep retrying a pressure refusal this long (evictions take time)
     retry_interval_s: float = 0.2
+    retry_on_oom_s: float = 0.0
+    """Keep retrying an out-of-memory this long: on a real GPU (and the simulated H200) a guaranteed
+    claimant's allocation fails with out-of-memory until the eviction it waits for has landed."""
 
     @classmethod
     def parse(cls, f: _Fields) -> AllocStep:
@@ -182,6 +186,7 @@ class AllocStep:
             expect=f.expect(EXPECT_ALLOC),
             retry_on_pressure_s=f.seconds("retry_on_pressure", 0.0) or 0.0,
             retry_interval_s=f.seconds("retry_interval", 0.2, 0.001) or 0.2,
+            retry_on_oom_s=f.seconds("retry_on_oom", 0.0) or 0.0,
         )
 
 
@@ -293,15 +298,31 @@ class SmiStep:
         return cls(timeout_s=f.seconds("timeout", 30.0, 0.1) or 30.0, expect=f.expect())
 
 
+CALIBRATED = 0
+"""``matrix: "calibrated"``: the size an earlier ``calibrate`` step of the plan picked."""
+
+
+def _matrix(f: _Fields, default: int) -> int:
+    if f._raw.get("matrix") == "calibrated":
+        f._seen.add("matrix")
+        return CALIBRATED
+    return f.integer("matrix", default, 16)
+
+
 @dataclass(frozen=True)
 class ComputeStep:
-    """Run busy kernels back to back for ``seconds``; record each kernel's start and end."""
+    """Run busy kernels back to back for ``seconds``; record a summary (counters, digest of the spans).
+
+    The result keeps what a judgement needs: kernels, work and its rate (the workload's own
+    counters), the first start and the last end, and on the simulated device the time shared with
+    another client's kernels; each kernel's span goes to the log, with a digest in the result.
+    """
 
     OP: ClassVar[str] = "compute"
     seconds: float
     device: int = 0
-    kernel_s: float = 0.05  # sim: each kernel's duration; cupy: ignored (one matmul per kernel)
-    matrix: int = 4096  # cupy: n of the n×n float32 matmul each kernel runs
+    kernel_s: float = 0.05  # sim: each kernel's duration alone; cupy: ignored (a batch of matmuls)
+    matrix: int = 4096  # n of the n×n float32 matmul each kernel runs (sim: sets its SM share)
     expect: str = "ok"
 
     @classmethod
@@ -315,7 +336,48 @@ class ComputeStep:
             seconds=seconds,
             device=f.integer("device", 0),
             kernel_s=kernel_ms / 1000.0,
-            matrix=f.integer("matrix", 4096, 16),
+            matrix=_matrix(f, 4096),
+            expect=f.expect(),
+        )
+
+
+CALIBRATION_SIZES = (4096, 2048, 1024, 512)
+CALIBRATION_SPEEDUP = 1.6
+"""Two streams of a kernel that does not fill the GPU do nearly twice the work of one."""
+
+
+@dataclass(frozen=True)
+class CalibrateStep:
+    """Pick a kernel size that does not fill the GPU alone (docs/contract.md §7).
+
+    For each size, largest first, run kernels on one stream, then on two at once, ``seconds``
+    each; a kernel that fills the GPU gains nothing from a second stream, a smaller one nearly
+    doubles its work. The largest size with a gain of ``CALIBRATION_SPEEDUP`` is picked (the
+    smallest if none gains), and a later ``compute`` with ``matrix: "calibrated"`` uses it.
+    """
+
+    OP: ClassVar[str] = "calibrate"
+    seconds: float = 0.15
+    device: int = 0
+    kernel_s: float = 0.02
+    sizes: tuple[int, ...] = CALIBRATION_SIZES
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> CalibrateStep:
+        kernel_ms = f.seconds("kernel_ms", 20.0, 0.1)
+        assert kernel_ms is not None
+        raw = f._get("sizes")
+        sizes = CALIBRATION_SIZES
+        if raw is not None:
+            if not isinstance(raw, list) or not raw or not all(isinstance(n, int) and n >= 16 for n in raw):
+                raise PlanError(f"{f.where}.sizes: expected a non-empty list of matrix sizes >= 16")
+            sizes = tuple(sorted(set(raw), reverse=True))
+        return cls(
+            seconds=f.seconds("seconds", 0.15, 0.001) or 0.15,
+            device=f.integer("device", 0),
+            kernel_s=kernel_ms / 1000.0,
+            sizes=sizes,
             expect=f.expect(),
         )
 
@@ -386,6 +448,7 @@ Step = (
     | MemInfoStep
     | SmiStep
     | ComputeStep
+    | CalibrateStep
     | FaultStep
     | ReadyStep
     | EnvStep
@@ -399,6 +462,7 @@ STEP_TYPES: tuple[type[Step], ...] = (
     MemInfoStep,
     SmiStep,
     ComputeStep,
+    CalibrateStep,
     FaultStep,
     HeartbeatStep,
     ReadyStep,

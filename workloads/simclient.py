@@ -52,16 +52,21 @@ class SimConfigError(Exception):
 class DeviceClient:
     """A session with the simulated device under one client token (one container)."""
 
-    def __init__(self, socket_path: str, token: str, timeout: float | None = None) -> None:
+    def __init__(
+        self, socket_path: str, token: str, timeout: float | None = None, *, cuda: bool = True
+    ) -> None:
         self.socket_path = socket_path
         self._token = token
         self._timeout = timeout
+        self._cuda = cuda
         self._conn: Connection | None = None
         self._hello: HelloReply | None = None
         self._connect()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, timeout: float | None = None) -> DeviceClient:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, timeout: float | None = None, *, cuda: bool = True
+    ) -> DeviceClient:
         env = os.environ if environ is None else environ
         path, token = env.get(SIM_SOCKET_ENV, ""), env.get(SIM_TOKEN_ENV, "")
         if not path or not token:
@@ -70,12 +75,12 @@ class DeviceClient:
                 f"simulated GPU device not configured: {', '.join(missing)} unset "
                 "(the node agent injects these into simulated containers)"
             )
-        return cls(path, token, timeout)
+        return cls(path, token, timeout, cuda=cuda)
 
     def _connect(self) -> None:
         conn = Connection(self.socket_path, CLIENT_REPLY_CODEC, self._timeout)
         try:
-            self._hello = expect_reply(conn.request(Hello(token=self._token)), HelloReply)
+            self._hello = expect_reply(conn.request(Hello(token=self._token, cuda=self._cuda)), HelloReply)
         except BaseException:
             conn.close()
             raise
@@ -111,8 +116,9 @@ class DeviceClient:
     def meminfo(self) -> MemInfoReply:
         return expect_reply(self._request(MemInfo()), MemInfoReply)
 
-    def kernel(self, device: int, seconds: float) -> KernelReply:
-        return expect_reply(self._request(Kernel(device=device, seconds=seconds)), KernelReply)
+    def kernel(self, device: int, seconds: float, sm_fraction: float = 1.0, streams: int = 1) -> KernelReply:
+        request = Kernel(device=device, seconds=seconds, sm_fraction=sm_fraction, streams=streams)
+        return expect_reply(self._request(request), KernelReply)
 
     def fault(self, device: int) -> FaultReply:
         """Fault the device on purpose. Returns the fault; every later call raises ``SimFault``."""

@@ -97,6 +97,9 @@ class Hello(Message):
 
     token: str
     protocol: int = PROTOCOL_VERSION
+    cuda: bool = True
+    """A CUDA process (its context costs device memory in the h200 fidelity); the simulated
+    nvidia-smi asks through NVML and sends False."""
 
 
 @message("alloc")
@@ -125,7 +128,9 @@ class Kernel(Message):
     """Run one busy kernel for ``seconds`` on a device; the reply carries when it really ran."""
 
     device: int
-    seconds: float
+    seconds: float  # how long the kernel takes alone on a GPU it does not fill
+    sm_fraction: float = 1.0  # the share of the GPU's SMs it occupies (h200 cost model)
+    streams: int = 1  # copies run at once on streams of this context (a calibration asks for 2)
 
 
 @message("inject-fault")
@@ -156,6 +161,9 @@ class HelloReply(Message):
     mode: str
     devices: tuple[VisibleDevice, ...]
     simulated: bool = True
+    fidelity: str = "ideal"  # how closely the device imitates a real GPU: ideal, h200
+    context_bytes: int = 0  # the device memory each CUDA process's context costs (h200)
+    granularity_bytes: int = 1  # every allocation is charged in whole pages of this size
 
 
 @message("alloc-reply")
@@ -201,6 +209,8 @@ class KernelReply(Message):
     start: float  # wall-clock (time.time) when the kernel got the device
     end: float
     waited_s: float  # time spent queued behind other clients' kernels (time-slicing)
+    shared_s: float = 0.0  # time during which another client's kernel ran on the same GPU
+    work_s: float = 0.0  # the work done: solo kernel-seconds, times streams
 
 
 # Error replies: any socket may send these.

@@ -48,7 +48,7 @@ from enforcement.agent.environment import emulated_part
 from enforcement.agent.evictor import Evictor
 from enforcement.agent.handler import REASON_PLUGIN_MISSING, AgentCore
 from enforcement.agent.metrics import Metrics, MetricsServer
-from enforcement.agent.options import FAULT_ALIASES, FAULTS, AgentOptions, canonical_fault
+from enforcement.agent.options import EVICT_BY, FAULT_ALIASES, FAULTS, AgentOptions, canonical_fault
 from enforcement.agent.watching import PodWatcher
 from enforcement.backends import Backend, BackendError, BackendUnavailable
 from enforcement.contract import NODE_GPU_UUIDS, node_gpu_uuids
@@ -299,6 +299,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--evict-interval", type=float, default=0.1, metavar="S", help="pressure poll interval")
     p.add_argument(
+        "--evict-by",
+        choices=EVICT_BY,
+        default="api",
+        help="how a borrower is evicted under pressure: the Eviction API, a CUDA-style error on its next "
+        "call (its memory reclaimed), or killing its processes",
+    )
+    p.add_argument(
+        "--reaction-period",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="pressure must last this long before the agent evicts (default 0: at the next poll)",
+    )
+    p.add_argument(
         "--announce-restart-hook",
         action="store_true",
         help="for an agent run as a local process, not a Pod: re-execute on SIGHUP and announce that on the "
@@ -361,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fail_open=args.fail_open,
             evict_interval_s=max(0.01, args.evict_interval),
             nri_plugin_timeout_s=args.require_nri_plugin,
+            evict_by=args.evict_by,
+            reaction_period_s=args.reaction_period,
             faults=frozenset(args.fault),
             emulate=args.emulate,
         )

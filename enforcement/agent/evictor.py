@@ -21,11 +21,13 @@ and acts:
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from enforcement.agent import kube as k
 from enforcement.agent.handler import AgentCore
@@ -169,6 +171,11 @@ class Evictor:
         )
         done: list[Victim] = []
         waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
+        period = core.options.reaction_period_s
+        if period > 0:
+            # A declared reaction period: pressure must have lasted this long (seconds, as a real
+            # agent's reaction takes) before anyone is evicted for it.
+            victims = [v for v in victims if v.reason != "pressure" or waited.get(v.gpu, 0.0) >= period]
         for victim in victims:
             if self._evict(victim, waited.get(victim.gpu, 0.0)):
                 done.append(victim)
@@ -186,13 +193,20 @@ class Evictor:
                 )
             return False
         ref = tracked.ref
-        try:
-            outcome = core.kube.evict(ref)
-        except k.KubeError as exc:
-            core.metrics.inc("gpu_fractioning_agent_eviction_failures_total")
-            self._retry_at[victim.client] = time.monotonic() + core.options.eviction_retry_s
-            core.log(f"evictor: could not evict Pod {ref.namespace}/{ref.pod}: {exc}")
-            return False
+        if core.options.evict_by == "cuda-error":
+            return self._revoke(victim, tracked, waited_s)
+        if core.options.evict_by == "kill":
+            killed = self._kill(victim)
+            core.log(f"evictor: killed {victim.client} (pids {', '.join(map(str, killed)) or 'none seen'})")
+            outcome = "evicted"
+        else:
+            try:
+                outcome = core.kube.evict(ref)
+            except k.KubeError as exc:
+                core.metrics.inc("gpu_fractioning_agent_eviction_failures_total")
+                self._retry_at[victim.client] = time.monotonic() + core.options.eviction_retry_s
+                core.log(f"evictor: could not evict Pod {ref.namespace}/{ref.pod}: {exc}")
+                return False
         if outcome == "blocked":
             core.metrics.inc("gpu_fractioning_agent_eviction_failures_total")
             self._retry_at[victim.client] = time.monotonic() + core.options.eviction_retry_s
@@ -217,6 +231,39 @@ class Evictor:
             f"evicted Pod {ref.namespace}/{ref.pod} ({victim.reason}, GPU {victim.gpu}, {waited_s:.3f} s)"
         )
         return True
+
+    def _revoke(self, victim: Victim, tracked: Any, waited_s: float) -> bool:
+        """``--evict-by cuda-error``: the device reclaims the borrower's memory and fails its next call."""
+        core = self.core
+        ref = tracked.ref
+        try:
+            core.backend.detach(victim.client, "revoked")
+        except BackendUnavailable as exc:
+            core.log(f"evictor: could not revoke {victim.client} now: {exc}")
+            return False
+        core.metrics.inc("gpu_fractioning_agent_evictions_total", reason=victim.reason)
+        core.metrics.set("gpu_fractioning_agent_last_eviction_reaction_seconds", round(waited_s, 4))
+        core.kube.event(ref, k.WARNING, k.REASON_EVICTED, self._message(victim) + " (by a CUDA error)")
+        core.log(
+            f"evicted {victim.client} of Pod {ref.namespace}/{ref.pod} by CUDA error ({victim.reason}, "
+            f"GPU {victim.gpu}, {waited_s:.3f} s)"
+        )
+        return True
+
+    def _kill(self, victim: Victim) -> list[int]:
+        """``--evict-by kill``: SIGKILL every process the backend counts as the client's."""
+        try:
+            usage = self.core.backend.usage().client(victim.client)
+        except BackendUnavailable:
+            usage = None
+        killed = []
+        for pid in usage.pids if usage is not None else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+        return killed
 
     def _message(self, victim: Victim) -> str:
         core = self.core

@@ -42,6 +42,10 @@ def canonical_fault(name: str) -> str:
     return FAULT_ALIASES.get(name, name)
 
 
+EVICT_BY = ("api", "cuda-error", "kill")
+"""The agent's eviction mechanisms (``AgentOptions.evict_by``)."""
+
+
 @dataclass(frozen=True)
 class AgentOptions:
     """Everything that changes what the agent does, in one value."""
@@ -68,11 +72,23 @@ class AgentOptions:
     """A built-in node implementation whose mechanisms the agent reproduces (``--emulate``): its
     condition, env dialect and the mechanisms it claims, while enforcing the same effects; empty:
     the reference agent's own (``enforcement.implementations``)."""
+    evict_by: str = "api"
+    """How a borrower is evicted under pressure (``EVICT_BY``): ``api``, the Eviction API (its Pod is
+    deleted); ``cuda-error``, its memory is reclaimed and its next allocation or kernel fails with a
+    CUDA-style error (as a driver that enforces soft limits may do it); ``kill``, its processes are
+    killed. The suite judges eviction by its effect, whichever is used."""
+    reaction_period_s: float = 0.0
+    """How long pressure must have lasted before the agent evicts (a real agent reacts in seconds,
+    not milliseconds; the sandbox's h200 fidelity uses 1 s)."""
     faults: frozenset[str] = field(default_factory=frozenset)
     """Seeded faults (``FAULTS``, or an alias of ``FAULT_ALIASES``: kept as its canonical name);
     empty in every real deployment."""
 
     def __post_init__(self) -> None:
+        if self.evict_by not in EVICT_BY:
+            raise ValueError(f"unknown eviction mechanism {self.evict_by!r}; known: {', '.join(EVICT_BY)}")
+        if self.reaction_period_s < 0:
+            raise ValueError(f"the reaction period must not be negative, got {self.reaction_period_s}")
         object.__setattr__(self, "faults", frozenset(canonical_fault(f) for f in self.faults))
         unknown = sorted(set(self.faults) - set(FAULTS))
         if unknown:

@@ -74,7 +74,8 @@ class Attach(Message):
 
 @message("detach")
 class Detach(Message):
-    """Detach a client and release all its memory. ``reason``: ``stopped`` or ``evicted``.
+    """Detach a client and release all its memory. ``reason``: ``stopped``, ``evicted``, or ``revoked``
+    (eviction by CUDA error: the memory is reclaimed and the client, still attached, faults).
 
     The client's open connections stay open, but every call on them then fails with ``gone`` and
     that reason: a workload still running when its Pod is evicted hears why.
@@ -217,4 +218,4 @@ ADMIN_REPLIES: tuple[type[Message], ...] = (
 ADMIN_REQUEST_CODEC = Codec(ADMIN_REQUESTS)
 ADMIN_REPLY_CODEC = Codec(ADMIN_REPLIES)
 
-DETACH_REASONS = ("stopped", "evicted")
+DETACH_REASONS = ("stopped", "evicted", "revoked")

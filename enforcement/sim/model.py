@@ -75,6 +75,8 @@ from workloads.simwire import (
     error,
 )
 
+from .fidelity import IDEAL, Fidelity
+from .fidelity import fidelity as fidelity_named
 from .messages import (
     DETACH_REASONS,
     AttachReply,
@@ -141,6 +143,12 @@ class _Gpu:
     clients: dict[str, _ClientGpu] = field(default_factory=dict)  # client name -> its share of this GPU
     waiters: dict[str, _Waiter] = field(default_factory=dict)  # client name -> its pressure wait
     lock: FairLock = field(default_factory=FairLock)
+    # The kernel cost model (h200): SM shares of the kernels running now, and recent kernel spans
+    # (client, start, end) to count how long each kernel shared the GPU with another client's.
+    running: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # id -> (client, sm, start)
+    spans: collections.deque[tuple[str, float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=512)
+    )
 
     @property
     def free(self) -> int:
@@ -205,6 +213,8 @@ class Context:
         self._allocations: dict[int, _Allocation] = {}
         self._handles = itertools.count(1)
         self.closed = False
+        # h200: the CUDA context's own memory, per device ordinal, once charged (see SimNode.fidelity).
+        self._reserved: dict[int, int] = {}
 
     @property
     def client_name(self) -> str:
@@ -221,8 +231,10 @@ class SimNode:
         *,
         pressure_ttl_s: float = DEFAULT_PRESSURE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        fidelity: Fidelity | str = IDEAL,
     ) -> None:
         self.node = node
+        self.fidelity = fidelity_named(fidelity) if isinstance(fidelity, str) else fidelity
         self.pressure_ttl_s = pressure_ttl_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -321,6 +333,8 @@ class SimNode:
         if reason not in DETACH_REASONS:
             raise _bad(f"detach reason {reason!r} is not one of {', '.join(DETACH_REASONS)}")
         with self._lock:
+            if reason == "revoked":
+                return self._revoke(name)
             client = self._clients.pop(name, None)
             if client is None:
                 raise _bad(f"no client {name} is attached on node {self.node}")
@@ -332,6 +346,7 @@ class SimNode:
                 share.gpu.waiters.pop(name, None)
             for ctx in client.contexts:
                 ctx._allocations.clear()
+                ctx._reserved.clear()
             gone = GoneReply(
                 message=f"client {name} was {'evicted' if reason == 'evicted' else 'detached'} from "
                 f"node {self.node}; its GPU memory was released",
@@ -342,6 +357,37 @@ class SimNode:
             del self._by_token[client.token]
             self._tombstones[client.token] = gone
             return DetachReply(client=name, reason=reason, released_bytes=released)
+
+    def _revoke(self, name: str) -> DetachReply:
+        """Evict by failing the client's CUDA calls (a node agent's ``--evict-by cuda-error``): all its
+        memory is reclaimed at once, and its next call, or the kernel it runs, fails with a sticky
+        CUDA-style error. It stays attached (its container has not stopped) with nothing held."""
+        client = self._clients.get(name)
+        if client is None:
+            raise _bad(f"no client {name} is attached on node {self.node}")
+        released = 0
+        for share in client.gpus:
+            released += share.used
+            share.gpu.used -= share.used
+            share.used = 0
+            share.gpu.waiters.pop(name, None)
+        for ctx in client.contexts:
+            ctx._allocations.clear()
+            ctx._reserved = {k: -1 for k in ctx._reserved}
+        first = client.gpus[0]
+        if client.fault is None:
+            client.fault = FaultReply(
+                message=(
+                    "CUDA error: out of memory (as cudaErrorMemoryAllocation; simulated): the node's memory "
+                    f"manager reclaimed the memory of {name}, which borrowed beyond its guarantee on GPU "
+                    f"{first.gpu.spec.uuid} under pressure; this context is no longer usable"
+                ),
+                device=first.ordinal,
+                uuid=first.gpu.spec.uuid,
+                origin="memory-manager",
+            )
+        client.interrupt.set()
+        return DetachReply(client=name, reason="revoked", released_bytes=released)
 
     def evict(self, name: str) -> DetachReply:
         return self.detach(name, "evicted")
@@ -424,12 +470,24 @@ class SimNode:
     # ---------------------------------------------------------------------------------------------
     # Client operations
 
-    def open_context(self, token: str, pid: int | None = None) -> tuple[Context, HelloReply]:
-        """Bind a new connection to the client ``token`` names."""
+    def open_context(
+        self, token: str, pid: int | None = None, *, cuda: bool = True
+    ) -> tuple[Context, HelloReply]:
+        """Bind a new connection to the client ``token`` names.
+
+        h200: a CUDA process (``cuda``; not the simulated nvidia-smi) is charged its context's
+        memory on every device it sees, where that fits its limit and the GPU; where it does not
+        yet (a full GPU), with its first allocation there, which then fails or waits as any would.
+        """
         with self._lock:
             client = self._find_token(token)
             ctx = Context(client, pid)
             client.contexts.add(ctx)
+            reserve = self.fidelity.context_bytes if cuda else 0
+            for share in client.gpus:
+                ctx._reserved[share.ordinal] = 0 if reserve else -1
+                if reserve and share.used + reserve <= share.hard and reserve <= share.gpu.free:
+                    self._charge_context(ctx, share)
             hello = HelloReply(
                 client=client.name,
                 node=self.node,
@@ -444,8 +502,21 @@ class SimNode:
                     )
                     for s in client.gpus
                 ),
+                fidelity=self.fidelity.name,
+                context_bytes=self.fidelity.context_bytes,
+                granularity_bytes=self.fidelity.granularity_bytes,
             )
             return ctx, hello
+
+    def _charge_context(self, ctx: Context, share: _ClientGpu) -> None:
+        reserve = self.fidelity.context_bytes
+        ctx._reserved[share.ordinal] = reserve
+        share.used += reserve
+        share.gpu.used += reserve
+
+    def _context_owed(self, ctx: Context, share: _ClientGpu) -> int:
+        """Context memory this connection still owes on the share's device (h200), else 0."""
+        return self.fidelity.context_bytes if ctx._reserved.get(share.ordinal) == 0 else 0
 
     def _find_token(self, token: str) -> _Client:
         # Compare in constant time against each known token: a lookup by dict key would leak, through
@@ -471,6 +542,13 @@ class SimNode:
                 alloc.share.gpu.used -= alloc.nbytes
                 released += alloc.nbytes
             ctx._allocations.clear()
+            if ctx._client.gone is None:
+                for share in ctx._client.gpus:
+                    reserved = max(0, ctx._reserved.get(share.ordinal, 0))
+                    share.used -= reserved
+                    share.gpu.used -= reserved
+                    released += reserved
+            ctx._reserved.clear()
             return released
 
     def _usable(self, ctx: Context) -> _Client:
@@ -492,13 +570,16 @@ class SimNode:
             )
         return client.gpus[device]
 
-    def alloc(self, ctx: Context, device: int, nbytes: int) -> AllocReply:
-        if nbytes < 1:
-            raise _bad(f"allocation size must be at least 1 byte, got {nbytes}")
+    def alloc(self, ctx: Context, device: int, asked: int) -> AllocReply:
+        if asked < 1:
+            raise _bad(f"allocation size must be at least 1 byte, got {asked}")
         with self._lock:
             client = self._usable(ctx)
             share = self._share(client, device)
             gpu = share.gpu
+            # h200: whole pages, and the context's memory if this connection has not paid it yet.
+            owed = self._context_owed(ctx, share)
+            nbytes = self.fidelity.charge(asked) + owed
             if share.used + nbytes > share.hard:
                 raise self._oom(
                     share, nbytes, OOM_HARD_LIMIT, f"would exceed its hard limit of {_fmt_bytes(share.hard)}"
@@ -534,6 +615,16 @@ class SimNode:
                 else:  # a retry: refresh the wait, keep when it began
                     waiter.needed, waiter.last = nbytes, now
                 names = tuple(s.client.name for s in candidates)
+                if self.fidelity.pressure_as_oom:
+                    # As CUDA says it: out of memory. The wait is recorded; the agent sees the pressure.
+                    raise self._oom(
+                        share,
+                        nbytes,
+                        OOM_DEVICE_FULL,
+                        f"GPU {gpu.spec.uuid} is full; the client is within its guarantee of "
+                        f"{_fmt_bytes(share.guarantee)}, and borrowers above theirs hold the memory "
+                        f"({', '.join(names)})",
+                    )
                 raise error(
                     PressureReply(
                         message=(
@@ -551,6 +642,9 @@ class SimNode:
                     )
                 )
             handle = next(ctx._handles)
+            if owed:
+                self._charge_context(ctx, share)
+                nbytes -= owed
             ctx._allocations[handle] = _Allocation(share=share, nbytes=nbytes)
             share.used += nbytes
             gpu.used += nbytes
@@ -618,34 +712,132 @@ class SimNode:
                         name=s.gpu.spec.product,
                         total_bytes=s.hard,
                         used_bytes=s.used,
-                        free_bytes=max(0, s.hard - s.used),
+                        free_bytes=max(
+                            0,
+                            min(s.hard - s.used, s.gpu.free)
+                            if self.fidelity.pressure_as_oom
+                            else s.hard - s.used,
+                        ),
                     )
                     for s in client.gpus
                 )
             )
 
-    def kernel(self, ctx: Context, device: int, seconds: float) -> KernelReply:
-        """Keep the device busy for ``seconds``; time-slicing clients of a GPU take turns."""
+    def kernel(
+        self, ctx: Context, device: int, seconds: float, sm_fraction: float = 1.0, streams: int = 1
+    ) -> KernelReply:
+        """Keep the device busy for ``seconds``; time-slicing clients of a GPU take turns.
+
+        ``ideal``: the kernel takes exactly ``seconds``, and a time-slicing one holds the GPU for all
+        of it. ``h200`` (the cost model): it advances at ``min(1, 1 / load)`` of its solo speed,
+        where ``load`` is the SM share of every kernel running on the GPU at that moment (its own
+        ``streams`` copies included), so one kernel that fills the GPU halves a neighbour's speed
+        and small ones leave it whole; a time-slicing client holds the GPU one slice at a time.
+        """
         if not 0 < seconds <= MAX_KERNEL_SECONDS:
             raise _bad(f"kernel duration must be in (0, {MAX_KERNEL_SECONDS:g}] seconds, got {seconds}")
+        if not 0 < sm_fraction <= 1 or not 1 <= streams <= 8:
+            raise _bad(f"kernel: need 0 < sm_fraction <= 1, 1 <= streams <= 8; got {sm_fraction}, {streams}")
         with self._lock:
             client = self._usable(ctx)
             share = self._share(client, device)
         exclusive = client.mode == "time-slicing"
+        gpu = share.gpu
         queued = time.time()
-        if exclusive:
-            share.gpu.lock.acquire()
-        try:
-            start = time.time()
-            interrupted = client.interrupt.is_set() or client.interrupt.wait(seconds)
-            end = time.time()
-        finally:
+        if not self.fidelity.kernel_cost_model:
             if exclusive:
-                share.gpu.lock.release()
+                gpu.lock.acquire()
+            try:
+                start = time.time()
+                self._run_begin(gpu, client.name, 1.0, start)
+                try:
+                    interrupted = client.interrupt.is_set() or client.interrupt.wait(seconds)
+                finally:
+                    end = time.time()
+                    shared = self._run_end(gpu, client.name, start, end)
+            finally:
+                if exclusive:
+                    gpu.lock.release()
+        else:
+            start, end, shared, interrupted = self._modelled(gpu, client, seconds, sm_fraction * streams)
         if interrupted:
             with self._lock:
                 self._usable(ctx)  # raises the fault or the detach that interrupted us
-        return KernelReply(device=device, start=start, end=end, waited_s=start - queued)
+        return KernelReply(
+            device=device,
+            start=start,
+            end=end,
+            waited_s=start - queued,
+            shared_s=round(shared, 6),
+            work_s=seconds * streams,
+        )
+
+    _TICK_S = 0.002
+
+    def _modelled(
+        self, gpu: _Gpu, client: _Client, seconds: float, load: float
+    ) -> tuple[float, float, float, bool]:
+        """The h200 cost model (see ``kernel``): returns start, end, time shared, interrupted."""
+        exclusive = client.mode == "time-slicing"
+        slice_s = self.fidelity.timeslice_s or seconds
+        done = 0.0
+        start: float | None = None
+        shared = 0.0
+        interrupted = False
+        key = id(threading.current_thread()) ^ id(client)
+        while done < seconds - 1e-9 and not interrupted:
+            if exclusive:
+                gpu.lock.acquire()
+            try:
+                turn_start = time.time()
+                if start is None:
+                    start = turn_start
+                with self._lock:
+                    gpu.running[key] = (client.name, load, turn_start)
+                turn_end_by = turn_start + (slice_s if exclusive else float("inf"))
+                last = turn_start
+                while done < seconds - 1e-9:
+                    with self._lock:
+                        total = sum(sm for _c, sm, _s in gpu.running.values())
+                        others = any(c != client.name for c, _sm, _s in gpu.running.values())
+                    speed = min(1.0, 1.0 / total) if total > 0 else 1.0
+                    step = min(self._TICK_S, (seconds - done) / speed, max(0.0, turn_end_by - last))
+                    if step <= 0:
+                        break
+                    if client.interrupt.wait(step):
+                        interrupted = True
+                        break
+                    now = time.time()
+                    done += (now - last) * speed
+                    if others:
+                        shared += now - last
+                    last = now
+                with self._lock:
+                    gpu.running.pop(key, None)
+                    gpu.spans.append((client.name, turn_start, last))
+            finally:
+                if exclusive:
+                    gpu.lock.release()
+        end = time.time()
+        return start if start is not None else end, end, shared, interrupted
+
+    def _run_begin(self, gpu: _Gpu, name: str, load: float, start: float) -> None:
+        with self._lock:
+            gpu.running[id(threading.current_thread())] = (name, load, start)
+
+    def _run_end(self, gpu: _Gpu, name: str, start: float, end: float) -> float:
+        """Ends an ideal kernel's span; returns how long another client's kernel ran beside it."""
+        with self._lock:
+            gpu.running.pop(id(threading.current_thread()), None)
+            shared = 0.0
+            for other, s, e in gpu.spans:
+                if other != name:
+                    shared += max(0.0, min(end, e) - max(start, s))
+            for other, _load, s in gpu.running.values():
+                if other != name:
+                    shared += max(0.0, end - max(start, s))
+            gpu.spans.append((name, start, end))
+            return min(shared, end - start)
 
     def fault(self, ctx: Context, device: int) -> FaultReply:
         """Fault on purpose. Always raises ``SimFault``; the annotation names what it carries."""

@@ -61,6 +61,7 @@ from workloads.simwire import (
 )
 
 from . import ADMIN_SOCKET_NAME, ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE_NAME, CLIENT_SOCKET_NAME
+from .fidelity import FIDELITIES, IDEAL
 from .messages import (
     ADMIN_REQUEST_CODEC,
     AdminHello,
@@ -151,7 +152,7 @@ class DeviceServer:
             Free: lambda ctx, r: node.free(ctx, r.handle),
             Touch: lambda ctx, r: node.touch(ctx, r.handle),
             MemInfo: lambda ctx, r: node.meminfo(ctx),
-            Kernel: lambda ctx, r: node.kernel(ctx, r.device, r.seconds),
+            Kernel: lambda ctx, r: node.kernel(ctx, r.device, r.seconds, r.sm_fraction, r.streams),
             Fault: self._fault,
         }
         self._admin_handlers: dict[type[Message], Callable[[Any], Message]] = {
@@ -162,7 +163,7 @@ class DeviceServer:
         }
 
     def log(self, message: str) -> None:
-        self._log(f"simdevice[{self.node.node}] (simulated GPUs): {message}")
+        self._log(f"simdevice[{self.node.node}] ({self.node.fidelity.label}s): {message}")
 
     # ---- lifecycle
 
@@ -294,7 +295,7 @@ class DeviceServer:
             )
             return
         try:
-            ctx, hello = self.node.open_context(first.token, _peer_pid(sock))
+            ctx, hello = self.node.open_context(first.token, _peer_pid(sock), cuda=first.cuda)
         except SimError as exc:
             self._send(sock, exc.reply)
             return
@@ -423,6 +424,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds a refused guaranteed client counts as waiting after its last attempt",
     )
+    p.add_argument(
+        "--fidelity",
+        choices=FIDELITIES,
+        default=IDEAL,
+        help="ideal: the exact device; h200: a simulated H200 (2 MiB pages, a CUDA context per "
+        "process, a kernel cost model; docs/contract.md §10)",
+    )
     return p
 
 
@@ -440,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.pressure_ttl <= 0:
             raise ValueError(f"--pressure-ttl must be positive, got {args.pressure_ttl}")
         server = DeviceServer(
-            SimNode(node_name, gpus, pressure_ttl_s=args.pressure_ttl),
+            SimNode(node_name, gpus, pressure_ttl_s=args.pressure_ttl, fidelity=args.fidelity),
             args.socket_dir,
             admin_token=os.environ.get(ADMIN_TOKEN_ENV) or None,
         )

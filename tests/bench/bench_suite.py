@@ -12,7 +12,10 @@ own ``durationSeconds`` is kept too. A machine this noisy makes absolute figures
 runs, so the comparison is made within each pair (``speedup_n2``: serial seconds / ``-n 2``
 seconds of the same pair) and its median reported.
 
-    .venv/bin/python tests/bench/bench_suite.py [--runs 3] [--check ID ...]
+    .venv/bin/python tests/bench/bench_suite.py [--runs 3] [--check ID ...] [--fidelity ideal|h200]
+
+``--fidelity h200`` runs it on simulated H200s (``enforcement.sim.fidelity``), each run told the
+reference agent's reaction period there (``--reaction-period``).
 """
 
 from __future__ import annotations
@@ -40,9 +43,14 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def one_run(kubeconfig: Path, out: Path, workers: int, checks: list[str]) -> dict[str, Any]:
+def one_run(
+    kubeconfig: Path, out: Path, workers: int, checks: list[str], fidelity: str = "ideal"
+) -> dict[str, Any]:
+    from conformance.mutate import reaction_period
+
     argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(kubeconfig)]
     argv += ["--scheduler-name", SCHEDULER, "--report-dir", str(out), "-n", str(workers)]
+    argv += [f"--reaction-period={reaction_period(fidelity):g}"]
     for check in checks:
         argv += ["--check", check]
     started = time.monotonic()
@@ -78,13 +86,24 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=3, help="pairs of runs (serial, -n 2)")
     parser.add_argument("--check", action="append", default=[], help="only these checks (default: all)")
+    parser.add_argument("--fidelity", choices=("ideal", "h200"), default="ideal", help="the simulated GPUs")
     args = parser.parse_args()
-    figures: dict[str, Any] = {"bench": "suite", "cores": os.cpu_count(), "pairs": args.runs}
+    bench = "suite" if args.fidelity == "ideal" else f"suite-{args.fidelity}"
+    figures: dict[str, Any] = {
+        "bench": bench,
+        "fidelity": args.fidelity,
+        "cores": os.cpu_count(),
+        "pairs": args.runs,
+    }
     with tempfile.TemporaryDirectory(prefix="gsuite-", dir="/tmp") as tmp:
         work = Path(tmp)
         box = Sandbox(
             SandboxConfig(
-                state_dir=work / "sandbox", ports=Ports.free(), schedulers=("reference",), node_runtime=True
+                state_dir=work / "sandbox",
+                ports=Ports.free(),
+                schedulers=("reference",),
+                node_runtime=True,
+                fidelity=args.fidelity,
             )
         )
         started = time.monotonic()
@@ -97,7 +116,9 @@ def main() -> int:
                 pair = {}
                 for workers in order:
                     log(f"pair {i + 1}/{args.runs}: -n {workers} ...")
-                    pair[workers] = one_run(box.kubeconfig, work / f"run-{i}-n{workers}", workers, args.check)
+                    pair[workers] = one_run(
+                        box.kubeconfig, work / f"run-{i}-n{workers}", workers, args.check, args.fidelity
+                    )
                     log(f"  {pair[workers]}")
                 pairs.append(pair)
         finally:

@@ -71,6 +71,22 @@ FIGURES: tuple[Figure, ...] = (
         digits=2,
     ),
     Figure(
+        "suite-h200-serial",
+        "Whole suite on simulated H200s (`--fidelity h200`), serial",
+        "suite-h200",
+        ("serial_s", "runs"),
+        "s",
+        f"{PY}/bench_suite.py --runs 3 --fidelity h200",
+    ),
+    Figure(
+        "suite-h200-n2",
+        "Whole suite on simulated H200s, `-n 2`",
+        "suite-h200",
+        ("parallel2_s", "runs"),
+        "s",
+        f"{PY}/bench_suite.py --runs 3 --fidelity h200",
+    ),
+    Figure(
         "mutation-run",
         "Mutation run (`gpuconf mutate`)",
         "mutate",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+
 import pytest
 from agent_pods import make_pod, placement
 
@@ -11,7 +15,7 @@ from enforcement.agent.options import AgentOptions
 from enforcement.agent.testing import SimAgent, sim_agent
 from enforcement.backends import Candidate, GpuPressure
 from enforcement.sim.admin import client_spec
-from workloads.simwire import SIM_TOKEN_ENV, SimGone, SimPressure
+from workloads.simwire import SIM_TOKEN_ENV, SimFault, SimGone, SimPressure
 
 MIB = 1 << 20
 
@@ -155,3 +159,56 @@ def test_no_eviction_fault_evicts_nobody() -> None:
     agent = sim_agent((1024,), options=AgentOptions(node="node-a", faults=frozenset({"no-eviction"})))
     fill(agent)
     assert Evictor(agent.core).run_once() == []
+
+
+# ---- the eviction mechanisms and the reaction period
+
+
+def test_evict_by_cuda_error_reclaims_without_the_api_and_the_borrower_faults() -> None:
+    agent = sim_agent((1024,), options=AgentOptions(node="node-a", evict_by="cuda-error"))
+    ctxs = fill(agent)
+    assert names(Evictor(agent.core).run_once()) == ["ns/b1/main"]
+    assert agent.kube.evictions == []  # no Eviction API call
+    (event,) = agent.kube.events_for(REASON_EVICTED)
+    assert event.ref.pod == "b1" and "by a CUDA error" in event.message
+    agent.node.alloc(ctxs["g"], 0, 512 * MIB)  # the waiter gets its memory
+    with pytest.raises(SimFault, match="cudaErrorMemoryAllocation"):
+        agent.node.alloc(ctxs["b1"], 0, MIB)  # the borrower's next call fails
+    assert agent.core.registry.get("ns/b1/main") is not None  # its container still runs: not forgotten
+
+
+def test_evict_by_kill_kills_the_borrowers_processes() -> None:
+    agent = sim_agent((1024,), options=AgentOptions(node="node-a", evict_by="kill"))
+    node = agent.node
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        _pod, token = admit(agent, "b1", 64, 900)
+        ctx, _ = node.open_context(token, victim.pid)
+        node.alloc(ctx, 0, 700 * MIB)
+        _pod, token = admit(agent, "g", 512, 512)
+        gctx, _ = node.open_context(token)
+        with pytest.raises(SimPressure):
+            node.alloc(gctx, 0, 512 * MIB)
+        assert names(Evictor(agent.core).run_once()) == ["ns/b1/main"]
+        assert victim.wait(timeout=10) == -signal.SIGKILL
+        assert agent.kube.evictions == []
+        node.alloc(gctx, 0, 512 * MIB)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_reaction_period_delays_the_eviction_until_the_pressure_lasted_that_long() -> None:
+    agent = sim_agent((1024,), options=AgentOptions(node="node-a", reaction_period_s=0.3))
+    fill(agent)
+    evictor = Evictor(agent.core)
+    assert evictor.run_once() == []  # the pressure has just begun
+    time.sleep(0.35)
+    assert names(evictor.run_once()) == ["ns/b1/main"]
+
+
+def test_unknown_mechanisms_and_negative_periods_are_refused() -> None:
+    with pytest.raises(ValueError, match="eviction mechanism"):
+        AgentOptions(node="n", evict_by="ask-nicely")
+    with pytest.raises(ValueError, match="reaction period"):
+        AgentOptions(node="n", reaction_period_s=-1)

@@ -68,8 +68,14 @@ def test_document_level_rules() -> None:
     found = problems({"apiVersion": "v1", "kind": "Topology", "pools": [], "extra": 1})
     assert "apiVersion: must be 'gpuconf.io/v1alpha1' (got 'v1')" in found
     assert "kind: must be 'SandboxTopology' (got 'Topology')" in found
-    assert "extra: unknown field (allowed: apiVersion, kind, pools)" in found
+    assert "extra: unknown field (allowed: apiVersion, kind, pools, fidelity)" in found
     assert "pools: must be a non-empty list of pools" in found
+
+
+def test_a_topology_names_its_fidelity() -> None:
+    assert topology.parse(doc()).fidelity == "ideal"
+    assert topology.parse({**doc(), "fidelity": "h200"}).fidelity == "h200"
+    assert "fidelity: must be one of ideal, h200 (got 'a100')" in problems({**doc(), "fidelity": "a100"})
 
 
 def test_all_problems_are_reported_at_once_with_the_file() -> None:

@@ -1,0 +1,307 @@
+"""The judgements that must hold on a real GPU as on the simulated one, as pure functions.
+
+Each takes what the checks recorded (workload results, Pod outcomes) and returns a verdict with
+its figures; nothing here talks to a cluster, so each is unit-tested with recorded results of both
+fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 give the rules:
+
+- **One tolerance rule** for every boundary (``tolerance_mib``, ``judge_boundary``): an allocation
+  boundary passes when it is at or below the limit and within the tolerance of it. The tolerance is
+  the workload's granularity on the ideal simulated device, and on any other device (a real GPU,
+  the simulated H200) the larger of 1 GiB and 2 % of the limit: the CUDA context, 2 MiB pages and
+  driver reservations sit inside the limit. Above the limit always fails.
+- **Headroom** (``headroom_mib``): every allocation a scenario expects to succeed within a limit or a
+  guarantee of ``size`` leaves this much of it unused, so that the context and the pages fit.
+- **Eviction by its effect** (``eviction_effect``): a borrower was evicted when, after the pressure,
+  it ended or lost the memory above its request, whatever the mechanism; the verdict names the
+  mechanism seen (the Eviction API, the node detaching it, a CUDA error, a kill, memory reclaimed).
+- **Compute modes** (``compare_modes``, ``judge_modes``): by throughput, from the workloads' own
+  counters (work per second), each neighbour's rate beside the other over its solo rate, on every
+  device but the ideal simulated one, which measures exactly and is judged by the kernels' overlap.
+- **Start barrier** (``shared_window``): neighbours released together compute side by side; the
+  window both computed in is what the comparison rests on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from enforcement.contract import SM_SHARING, TIME_SLICING
+from fixtures.suite.scenario import Outcome
+
+MIB: Final = 1 << 20
+IDEAL: Final = "ideal"
+REAL: Final = "real"
+IDEAL_GRANULARITY_MIB: Final = 1
+REAL_GPU_TOLERANCE_MIB: Final = 1024
+REAL_GPU_TOLERANCE_SHARE: Final = 0.02
+"""On a real GPU the boundary may lie this far below the limit: 1 GiB, or 2 % of the limit."""
+
+
+def device_fidelity(result: Mapping[str, Any] | None) -> str | None:
+    """What kind of device a workload ran on: ``ideal`` or ``h200`` (the simulated device's fidelity),
+    ``real`` (a real GPU), None when the workload wrote no result."""
+    if not result:
+        return None
+    if result.get("fidelity"):
+        return str(result["fidelity"])
+    if result.get("simulated") is True:
+        return IDEAL  # results from before the fidelity setting: the exact device
+    if result.get("simulated") is False:
+        return REAL
+    return None
+
+
+def tolerance_mib(limit_mib: int, fidelity: str | None) -> int:
+    """How far below the limit the boundary may lie (docs/contract.md §6; gpuconf's judgement)."""
+    if fidelity == IDEAL:
+        return IDEAL_GRANULARITY_MIB
+    return max(REAL_GPU_TOLERANCE_MIB, int(limit_mib * REAL_GPU_TOLERANCE_SHARE))
+
+
+def headroom_mib(size_mib: int) -> int:
+    """What an allocation expected to succeed leaves unused of a limit or guarantee of ``size_mib``:
+    the real-GPU tolerance (on every device, so a scenario is one plan everywhere), and never more
+    than a quarter of the size."""
+    return max(0, min(tolerance_mib(size_mib, REAL), size_mib // 4))
+
+
+def within(size_mib: int) -> int:
+    """The MiB a scenario allocates, and expects to get, within a limit or guarantee of ``size_mib``."""
+    return size_mib - headroom_mib(size_mib)
+
+
+@dataclass(frozen=True)
+class BoundaryVerdict:
+    found_mib: int
+    limit_mib: int
+    tolerance_mib: int
+    fidelity: str | None
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    @property
+    def gap_mib(self) -> int:
+        return self.limit_mib - self.found_mib
+
+    def as_fact(self) -> dict[str, Any]:
+        return {
+            "foundMiB": self.found_mib,
+            "limitMiB": self.limit_mib,
+            "gapMiB": self.gap_mib,
+            "toleranceMiB": self.tolerance_mib,
+            "fidelity": self.fidelity,
+            "boundedBy": "the limit",
+            "ok": self.ok,
+        }
+
+
+def judge_boundary(found_mib: int, limit_mib: int, fidelity: str | None, who: str = "it") -> BoundaryVerdict:
+    """The one tolerance rule: at or below ``limit_mib``, and within the tolerance below it."""
+    tol = tolerance_mib(limit_mib, fidelity)
+    problem = ""
+    if found_mib > limit_mib:
+        problem = f"{who} allocated {found_mib} MiB, above its limit of {limit_mib} MiB"
+    elif limit_mib - found_mib >= tol:
+        problem = (
+            f"{who} ran out of memory at {found_mib} MiB, {limit_mib - found_mib} MiB below its limit of "
+            f"{limit_mib} MiB (tolerance {tol} MiB on a {fidelity or 'unknown'} device)"
+        )
+    return BoundaryVerdict(found_mib, limit_mib, tol, fidelity, problem)
+
+
+# ----------------------------------------------------------------------------------- eviction
+
+
+@dataclass(frozen=True)
+class EvictionEffect:
+    evicted: bool
+    mechanism: str
+    """What was seen: ``Eviction API``, ``detached by the node``, ``CUDA error``, ``killed``,
+    ``memory reclaimed``, or ``none``."""
+    detail: str = ""
+
+    def as_fact(self) -> dict[str, Any]:
+        return {"evicted": self.evicted, "mechanism": self.mechanism, "detail": self.detail}
+
+
+_CUDA_ERROR_STATUSES: Final = ("device-fault", "unexpected-oom", "error")
+_KILLED_EXIT_CODES: Final = (137, 9)
+
+
+def eviction_effect(out: Outcome, request_mib: int | None = None) -> EvictionEffect:
+    """Was ``out``'s workload evicted, judged by the effect (see the module docstring)?
+
+    It was when it ended before the suite stopped it (any end but the suite's own stop), or when
+    the least the device counted for it while it ran fell to its request or below after it had
+    held more. ``request_mib`` None: the memory test is skipped.
+    """
+    if out.disruption:
+        return EvictionEffect(True, "Eviction API", f"DisruptionTarget: {out.disruption}")
+    status = out.status
+    error = (out.result or {}).get("error") or {}
+    if status == "client-gone":
+        return EvictionEffect(
+            True, "detached by the node", str(error.get("reason") or error.get("message") or "")
+        )
+    if status in _CUDA_ERROR_STATUSES:
+        return EvictionEffect(
+            True, "CUDA error", f"{error.get('type') or status}: {error.get('message') or ''}"[:300]
+        )
+    if out.result is None and (out.exit_code in _KILLED_EXIT_CODES or out.reason in ("Error", "OOMKilled")):
+        return EvictionEffect(
+            True, "killed", f"exit {out.exit_code} ({out.reason or 'no reason'}), no result"
+        )
+    if out.exit_code is not None and out.exit_code >= 128 and status not in ("ok", "terminated"):
+        return EvictionEffect(True, "killed", f"exit {out.exit_code} ({out.reason})")
+    beat = out.step("heartbeat")
+    if request_mib is not None and beat.get("used_min"):
+        least = min(int(u) for u in beat["used_min"]) // MIB
+        if least <= request_mib and _held_above(out, request_mib):
+            return EvictionEffect(True, "memory reclaimed", f"the device counted {least} MiB for it at least")
+    return EvictionEffect(False, "none")
+
+
+def _held_above(out: Outcome, request_mib: int) -> bool:
+    held = sum(
+        int(s.get("max_bytes") or s.get("bytes") or 0)
+        for s in (out.result or {}).get("steps") or []
+        if s.get("op") in ("alloc", "alloc-until-oom")
+    )
+    return held // MIB > request_mib
+
+
+# ----------------------------------------------------------------------------------- compute modes
+
+SIM_OVERLAP_SM: Final = 0.5
+SIM_OVERLAP_TS: Final = 0.05
+SHARED_OVER_SOLO_SM: Final = 0.7
+"""Two busy sm-sharing neighbours with kernels that do not fill the GPU each keep at least this much
+of their solo throughput."""
+SHARED_OVER_SOLO_TS: Final = 0.7
+"""Two busy time-slicing neighbours each keep at most this much: they take turns (about half)."""
+MIN_SHARED_S: Final = 0.5
+
+
+def compute_step(out: Outcome) -> dict[str, Any]:
+    return out.step("compute")
+
+
+def shared_window(first: Mapping[str, Any], second: Mapping[str, Any]) -> tuple[float, float, float]:
+    """The window both compute steps ran in (start, end, seconds; seconds 0 if they never met)."""
+    start = max(float(first.get("t0") or 0), float(second.get("t0") or 0))
+    end = min(_end(first), _end(second))
+    return start, end, max(0.0, end - start)
+
+
+def _end(step: Mapping[str, Any]) -> float:
+    if step.get("t_end") is not None:
+        return float(step["t_end"])
+    spans = step.get("spans_ms") or []  # results from before the summary
+    return float(step.get("t0") or 0) + (
+        float(spans[-1][1]) / 1000 if spans else float(step.get("wall_s") or 0)
+    )
+
+
+def _rate(step: Mapping[str, Any]) -> float:
+    return float(step.get("work_per_s") or 0.0)
+
+
+def compare_modes(
+    solo: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One mode's figures from three compute steps: a workload alone, then two released together.
+
+    Throughput is each workload's own counter (``work_per_s``); the overlap is the time the device
+    counted another client's kernels beside each one (``shared_s``; the simulated device only),
+    over the window both computed in.
+    """
+    solo_rate = _rate(solo)
+    _s, _e, both = shared_window(first, second)
+    shared = [_rate(first), _rate(second)]
+    counted = [x.get("shared_s") for x in (first, second)]
+    overlap = None
+    if both > 0 and all(c is not None for c in counted):
+        overlap = round(min(1.0, sum(float(c) for c in counted if c is not None) / (2 * both)), 3)
+    kernels = [int(x.get("kernels") or 0) for x in (first, second)]
+    return {
+        "soloWorkPerS": round(solo_rate, 4),
+        "soloKernelsPerS": float(solo.get("kernels_per_s") or 0.0),
+        "matrix": first.get("matrix"),
+        "sharedSeconds": round(both, 3),
+        "overlapFraction": overlap,
+        "sharedWorkPerS": [round(r, 4) for r in shared],
+        "sharedKernelsPerS": [float(x.get("kernels_per_s") or 0.0) for x in (first, second)],
+        "kernels": kernels,
+        "batchWorkPerS": round(sum(shared), 4),
+        "sharedOverSolo": [round(r / solo_rate, 3) if solo_rate else None for r in shared],
+        "workUnit": first.get("work_unit"),
+    }
+
+
+def judge_modes(figures: Mapping[str, Mapping[str, Any]], fidelity: str | None) -> list[str]:
+    """Problems with two modes' figures (``compare_modes``); empty when both behave as documented.
+
+    On the ideal simulated device, which measures exactly how long each kernel shared the GPU, the
+    overlap is judged (sm-sharing kernels overlap, time-slicing ones never do): there a kernel costs
+    only the time it is asked to take, so throughput says more about the machine's load (each
+    kernel's round trip) than about the modes. On every other device (a real GPU, the simulated
+    H200) kernel spans stretch and overlap even when the GPU takes turns, so throughput is judged.
+    """
+    ts, sm = figures[TIME_SLICING], figures[SM_SHARING]
+    problems: list[str] = []
+    if fidelity == IDEAL:
+        if sm.get("overlapFraction") is not None and sm["overlapFraction"] < SIM_OVERLAP_SM:
+            problems.append(
+                f"sm-sharing neighbours' kernels overlapped for only {sm['overlapFraction']:.0%} of the "
+                "time both computed: they did not run at the same time"
+            )
+        if ts.get("overlapFraction") is not None and ts["overlapFraction"] > SIM_OVERLAP_TS:
+            problems.append(
+                f"time-slicing neighbours' kernels overlapped for {ts['overlapFraction']:.0%} of the "
+                "time both computed: they did not take turns"
+            )
+        return problems
+    for mode, f, keeps in ((SM_SHARING, sm, True), (TIME_SLICING, ts, False)):
+        for ratio in f.get("sharedOverSolo") or []:
+            if ratio is None:
+                continue
+            if keeps and ratio < SHARED_OVER_SOLO_SM:
+                problems.append(
+                    f"{mode} neighbours kept only {ratio:.0%} of their solo throughput side by side "
+                    f"(kernel size {f.get('matrix')}, calibrated not to fill the GPU): they did not run at "
+                    "the same time"
+                )
+            if not keeps and ratio > SHARED_OVER_SOLO_TS:
+                problems.append(
+                    f"{mode} neighbours kept {ratio:.0%} of their solo throughput: they did not take turns"
+                )
+    return problems
+
+
+def too_short(figures: Mapping[str, Mapping[str, Any]], minimum_s: float = MIN_SHARED_S) -> list[str]:
+    """The modes whose neighbours computed side by side for less than ``minimum_s``."""
+    return [m for m, f in figures.items() if float(f.get("sharedSeconds") or 0) < minimum_s]
+
+
+def calibrated_matrix(solo: Mapping[str, Any]) -> int | None:
+    """The kernel size a solo run's ``calibrate`` step picked."""
+    for step in solo.get("steps") or []:
+        if step.get("op") == "calibrate" and step.get("matrix"):
+            return int(step["matrix"])
+    return None
+
+
+def kernel_rates(steps: Sequence[Mapping[str, Any]]) -> float:
+    """Kernels per second of several compute steps together, over the window from the first start to
+    the last end (density-ramp's GPU throughput)."""
+    if not steps:
+        return 0.0
+    start = min(float(s.get("t0") or 0) for s in steps)
+    end = max(_end(s) for s in steps)
+    kernels = sum(int(s.get("kernels") or 0) for s in steps)
+    return round(kernels / (end - start), 2) if end > start else 0.0

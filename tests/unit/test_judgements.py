@@ -1,0 +1,265 @@
+"""The real-GPU judgements (conformance/judgements.py), fed with results recorded in both fidelities.
+
+``data/fidelity_results.json`` holds, per fidelity (``ideal``, ``h200``), the workload results and Pod
+outcomes of the node profile's checks from a passing `gpuconf run` against the reference stack
+(recorded with ``gpuconf run --fidelity F``): what a correct stack produces. Each judgement must pass
+them in both fidelities, and must fail the variations a broken stack would produce.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import judgements as j
+from enforcement.contract import SM_SHARING, TIME_SLICING
+from fixtures.suite.scenario import Outcome
+
+MIB = 1 << 20
+RECORDED = json.loads((Path(__file__).parent / "data" / "fidelity_results.json").read_text())
+FIDELITIES = ("ideal", "h200")
+
+
+def workload(fidelity: str, check: str, name: str) -> dict[str, Any]:
+    return copy.deepcopy(RECORDED[fidelity][check]["workloads"][name])
+
+
+def outcome(fidelity: str, check: str, name: str) -> Outcome:
+    w = workload(fidelity, check, name)
+    o = w["outcome"]
+    return Outcome(
+        name=name,
+        phase=o["phase"],
+        exit_code=o["exitCode"],
+        reason=o["reason"],
+        result=w["result"],
+        deleted=o["deleted"],
+        disruption=o["disruption"],
+    )
+
+
+def step(result: dict[str, Any], op: str) -> dict[str, Any]:
+    return [s for s in result["steps"] if s["op"] == op][-1]
+
+
+def test_the_recordings_are_of_passing_runs_in_both_fidelities() -> None:
+    for fidelity in FIDELITIES:
+        assert {c["outcome"] for c in RECORDED[fidelity].values()} == {"passed"}
+        assert workload(fidelity, "hard-limit-oom", "capped")["result"]["fidelity"] == fidelity
+
+
+# ---------------------------------------------------------------------------------- the device
+
+
+def test_device_fidelity_reads_the_result() -> None:
+    assert j.device_fidelity(workload("h200", "hard-limit-oom", "capped")["result"]) == "h200"
+    assert j.device_fidelity(workload("ideal", "hard-limit-oom", "capped")["result"]) == "ideal"
+    assert j.device_fidelity({"simulated": True}) == "ideal"  # a result from before fidelities
+    assert j.device_fidelity({"simulated": False, "backend": "cupy"}) == "real"
+    assert j.device_fidelity(None) is None
+
+
+# ---------------------------------------------------------------------------------- the tolerance
+
+
+def test_one_tolerance_rule() -> None:
+    assert j.tolerance_mib(71885, "ideal") == 1
+    assert j.tolerance_mib(71885, "h200") == j.tolerance_mib(71885, "real") == 1437  # 2 % of the limit
+    assert j.tolerance_mib(20000, "real") == 1024  # at least 1 GiB
+    assert j.tolerance_mib(20000, None) == 1024  # an unknown device is judged as a real one
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_the_recorded_hard_limit_boundary_passes_in_its_fidelity(fidelity: str) -> None:
+    capped = workload(fidelity, "hard-limit-oom", "capped")
+    found = step(capped["result"], "alloc-until-oom")["max_bytes"] // MIB
+    limit = capped["placed"]["limitMiB"]
+    verdict = j.judge_boundary(found, limit, j.device_fidelity(capped["result"]))
+    assert verdict.ok, verdict.problem
+    if fidelity == "ideal":
+        assert verdict.gap_mib == 0
+    else:  # the context (512 MiB) and one 2 MiB page lie inside the limit
+        assert verdict.gap_mib == 514
+        assert not j.judge_boundary(found, limit, "ideal").ok  # the exact rule would fail a real GPU
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_agent_restart_judges_its_boundary_by_the_same_rule(fidelity: str) -> None:
+    capped = workload(fidelity, "agent-restart", "capped")
+    limit, request = capped["placed"]["limitMiB"], capped["placed"]["requestMiB"]
+    found = j.within(request) + step(capped["result"], "alloc-until-oom")["max_bytes"] // MIB
+    assert j.judge_boundary(found, limit, fidelity).ok
+
+
+def test_a_boundary_above_the_limit_always_fails_and_far_below_fails_too() -> None:
+    for fidelity in ("ideal", "h200", "real"):
+        above = j.judge_boundary(10001, 10000, fidelity)
+        assert not above.ok and "above its limit" in above.problem
+    assert not j.judge_boundary(8000, 10000, "real").ok
+    assert j.judge_boundary(9000, 10000, "real").ok
+    assert j.judge_boundary(10000, 10000, "ideal").ok and not j.judge_boundary(9998, 10000, "ideal").ok
+
+
+def test_headroom_leaves_room_for_the_context_and_pages_and_never_most_of_a_size() -> None:
+    assert j.headroom_mib(71885) == 1437
+    assert j.headroom_mib(35942) == 1024
+    assert j.within(35942) == 34918
+    assert j.headroom_mib(1000) == 250  # never more than a quarter
+    assert j.headroom_mib(3) == 0
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_expected_allocations_leave_the_headroom_in_the_recordings(fidelity: str) -> None:
+    keeper = workload(fidelity, "guarantee-kept", "keeper")
+    held = step(keeper["result"], "alloc")["bytes"] // MIB
+    assert held == j.within(keeper["placed"]["requestMiB"])
+    # On the simulated H200 the device counted the context too, and still within the guarantee.
+    least = min(step(keeper["result"], "heartbeat")["used_min"]) // MIB
+    assert held <= least <= keeper["placed"]["requestMiB"]
+    if fidelity == "h200":  # its allocation in whole 2 MiB pages, and its 512 MiB context
+        assert least == -(-held // 2) * 2 + 512
+
+
+# ---------------------------------------------------------------------------------- eviction
+
+
+@pytest.mark.parametrize(("fidelity", "mechanism"), [("ideal", "Eviction API"), ("h200", "CUDA error")])
+def test_the_recorded_borrower_was_evicted_whatever_the_mechanism(fidelity: str, mechanism: str) -> None:
+    borrower = workload(fidelity, "soft-limit-eviction", "borrower")
+    effect = j.eviction_effect(
+        outcome(fidelity, "soft-limit-eviction", "borrower"), borrower["placed"]["requestMiB"]
+    )
+    assert effect.evicted and effect.mechanism == mechanism
+    claimant = j.eviction_effect(outcome(fidelity, "soft-limit-eviction", "claimant"))
+    assert not claimant.evicted
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_the_recorded_claimant_waited_a_bounded_time(fidelity: str) -> None:
+    claimant = workload(fidelity, "soft-limit-eviction", "claimant")["result"]
+    resolved = step(claimant, "alloc")["pressure_resolved"]
+    assert resolved["refused_as"] == ("pressure" if fidelity == "ideal" else "oom")
+    assert 0 < resolved["waited_s"] < 10
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_borrowers_without_pressure_and_kept_guarantees_read_as_not_evicted(fidelity: str) -> None:
+    for name in ("borrower-0", "borrower-1"):
+        assert not j.eviction_effect(outcome(fidelity, "no-eviction-without-pressure", name), 1).evicted
+    keeper = outcome(fidelity, "guarantee-kept", "keeper")
+    assert not j.eviction_effect(
+        keeper, workload(fidelity, "guarantee-kept", "keeper")["placed"]["requestMiB"]
+    ).evicted
+
+
+def test_a_kill_and_reclaimed_memory_read_as_evictions() -> None:
+    killed = Outcome("b", "Failed", 137, "Error", None, False, "")
+    assert j.eviction_effect(killed).mechanism == "killed"
+    kept = outcome("ideal", "no-eviction-without-pressure", "borrower-0")
+    result = copy.deepcopy(kept.result)
+    assert result is not None
+    beat = step(result, "heartbeat")
+    request = workload("ideal", "no-eviction-without-pressure", "borrower-0")["placed"]["requestMiB"]
+    beat["used_min"] = [request * MIB]  # the device took back what it borrowed, and it ran on
+    reclaimed = Outcome("b", "Succeeded", 0, "Completed", result, False, "")
+    effect = j.eviction_effect(reclaimed, request)
+    assert effect.evicted and effect.mechanism == "memory reclaimed"
+    gone = Outcome(
+        "b", "Failed", 16, "Error", {"status": "client-gone", "error": {"reason": "evicted"}}, False, ""
+    )
+    assert j.eviction_effect(gone).mechanism == "detached by the node"
+
+
+# ---------------------------------------------------------------------------------- compute modes
+
+
+def figures(fidelity: str) -> dict[str, dict[str, Any]]:
+    def compute(name: str) -> dict[str, Any]:
+        return step(workload(fidelity, "compute-modes", name)["result"], "compute")
+
+    return {
+        TIME_SLICING: j.compare_modes(
+            compute("time-slicing-alone"), compute("sliced-0"), compute("sliced-1")
+        ),
+        SM_SHARING: j.compare_modes(compute("sm-sharing-alone"), compute("shared-0"), compute("shared-1")),
+    }
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_the_recorded_modes_pass_by_throughput_and_in_ideal_by_overlap(fidelity: str) -> None:
+    f = figures(fidelity)
+    assert j.judge_modes(f, fidelity) == []
+    assert j.too_short(f) == []  # the barrier released the neighbours together
+    if fidelity == "h200":
+        assert all(r <= j.SHARED_OVER_SOLO_TS for r in f[TIME_SLICING]["sharedOverSolo"])
+        assert all(r >= j.SHARED_OVER_SOLO_SM for r in f[SM_SHARING]["sharedOverSolo"])
+    else:
+        assert f[TIME_SLICING]["overlapFraction"] == 0.0 and f[SM_SHARING]["overlapFraction"] > 0.9
+
+
+def test_the_ideal_device_is_judged_by_overlap_not_by_a_throughput_a_loaded_machine_bends() -> None:
+    """Recorded on a loaded machine: each 50 ms kernel's round trip took so long that a lone
+    time-slicing workload ran at 0.69 of the device, and beside its neighbour (which took its turns
+    in those gaps) at 0.52 of it: 75 % of solo, though the kernels never overlapped."""
+    f = figures("ideal")
+    f[TIME_SLICING]["sharedOverSolo"] = [0.755, 0.753]
+    assert j.judge_modes(f, "ideal") == []
+    assert j.judge_modes(f, "h200") != []
+
+
+def test_calibration_picks_a_kernel_that_does_not_fill_the_simulated_h200() -> None:
+    alone = workload("h200", "compute-modes", "sm-sharing-alone")["result"]
+    assert j.calibrated_matrix(alone) == 1024
+    table = step(alone, "calibrate")["table"]
+    assert [r["matrix"] for r in table] == [4096, 2048, 1024]
+    assert table[0]["speedup"] < 1.6 <= table[-1]["speedup"]
+    # The ideal device has no cost model: the largest kernel never fills it.
+    assert j.calibrated_matrix(workload("ideal", "compute-modes", "sm-sharing-alone")["result"]) == 4096
+
+
+def test_a_kernel_that_fills_the_gpu_would_fail_a_correct_sm_sharing_stack() -> None:
+    """Why the calibration matters: with kernels that fill the GPU, two sm-sharing neighbours keep
+    about half their solo throughput each, which reads as not running at the same time."""
+    f = figures("h200")
+    f[SM_SHARING]["sharedOverSolo"] = [0.51, 0.49]
+    assert any("sm-sharing neighbours kept only" in p for p in j.judge_modes(f, "h200"))
+
+
+def test_modes_that_do_not_take_turns_or_do_not_overlap_fail() -> None:
+    f = figures("h200")
+    f[TIME_SLICING]["sharedOverSolo"] = [0.95, 0.97]
+    assert any("did not take turns" in p for p in j.judge_modes(f, "h200"))
+    f = figures("ideal")
+    f[TIME_SLICING]["overlapFraction"] = 0.6
+    assert any("overlapped for 60%" in p for p in j.judge_modes(f, "ideal"))
+    f = figures("ideal")
+    f[SM_SHARING]["overlapFraction"] = 0.0
+    assert any("did not run at the same time" in p for p in j.judge_modes(f, "ideal"))
+    f = figures("h200")
+    f[TIME_SLICING]["overlapFraction"] = 0.6  # spans overlap on a real GPU: never judged there
+    assert j.judge_modes(f, "h200") == []
+
+
+def test_the_barrier_window_and_a_short_one() -> None:
+    for fidelity in FIDELITIES:
+        a = step(workload(fidelity, "compute-modes", "shared-0")["result"], "compute")
+        b = step(workload(fidelity, "compute-modes", "shared-1")["result"], "compute")
+        _start, _end, both = j.shared_window(a, b)
+        assert both > 1.0
+    late = dict(b, t0=b["t0"] + 1.4, t_end=b["t_end"] + 1.4)
+    assert j.shared_window(a, late)[2] < j.MIN_SHARED_S
+    apart: dict[str, dict[str, Any]] = {
+        TIME_SLICING: {"sharedSeconds": 1.4},
+        SM_SHARING: {"sharedSeconds": 0.2},
+    }
+    assert j.too_short(apart) == [SM_SHARING]
+
+
+def test_kernel_rates_over_several_steps() -> None:
+    steps = [{"t0": 0.0, "t_end": 1.0, "kernels": 10}, {"t0": 0.5, "t_end": 2.0, "kernels": 20}]
+    assert j.kernel_rates(steps) == 15.0
+    assert j.kernel_rates([]) == 0.0
