@@ -108,5 +108,8 @@ def test_the_invocation_records_every_filter_and_where_each_feature_came_from() 
         "multi-device": False,
         "soft-limit-eviction": False,
         "agent-restart": False,
+        "pinned-mps-limits": False,
+        "compute-portion": False,
+        "nvml-memory-view": False,
     }
     assert found["pytestArgs"] == ["--pyargs", "conformance", "-k", "memory"]
