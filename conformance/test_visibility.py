@@ -211,10 +211,12 @@ def test_env_injection(suite: Suite) -> None:
     )
     names = [n for n in part.env.names() if n != part.env.thread_percentage]
     if any(n not in part.env.replaces_container_values for n in names):
+        replaced = part.env.replaces_container_values
         suite.not_judged(
             "container's own values replaced",
-            f"{part.implementation} is known to replace only "
-            f"{', '.join(part.env.replaces_container_values) or 'none'} of them",
+            f"{part.implementation} is known to replace only {', '.join(replaced)} of them"
+            if replaced
+            else f"no source says {part.implementation} replaces a value the container set itself",
         )
     problems = env_problems(
         placed, env, suite.cluster.read_node(placed.node), part, suite.options.claims, suite.not_judged
