@@ -270,17 +270,26 @@ def test_a_skipped_check_of_a_claimed_feature_is_refused(tmp_path: Path) -> None
     assert finding(folder, "completeness").field == "results[scheduler/multi-device].outcome"
 
 
-def test_a_skip_for_an_unclaimed_feature_is_accepted(tmp_path: Path) -> None:
-    def unclaimed(data: dict[str, Any]) -> None:
-        data["options"]["supportedFeatures"].remove("multi-device")
-        data["options"]["unsupportedFeatures"] = ["multi-device"]
-        (result,) = [r for r in data["results"] if r["id"] == "multi-device"]
+def _unclaimed(check: str, feature: str) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        data["options"]["supportedFeatures"].remove(feature)
+        data["options"]["unsupportedFeatures"] = [feature]
+        (result,) = [r for r in data["results"] if r["id"] == check]
         result.update(
             outcome="skipped",
-            reason="needs feature(s) multi-device, which the implementation does not support",
+            reason=f"needs feature(s) {feature}, which the implementation does not support",
         )
 
-    assert failed(bundled(tmp_path, unclaimed)) == []
+    return edit
+
+
+def test_a_skip_for_an_unclaimed_feature_is_accepted(tmp_path: Path) -> None:
+    assert failed(bundled(tmp_path, _unclaimed("modes-side-by-side", "sm-sharing"))) == []
+
+
+def test_a_core_check_skipped_for_an_unclaimed_feature_is_not_conformant(tmp_path: Path) -> None:
+    # multi-device is one of the checks that define the scheduler profile: never outside a claim
+    assert failed(bundled(tmp_path, _unclaimed("multi-device", "multi-device"))) == ["conformant"]
 
 
 def test_a_dirty_suite_tree_is_refused(tmp_path: Path) -> None:
