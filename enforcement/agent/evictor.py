@@ -136,6 +136,7 @@ class Evictor:
         self.core = core
         self._retry_at: dict[str, float] = {}
         self._pressure_since: dict[str, float] = {}
+        self._victim_since: dict[str, float] = {}
         self._unknown_logged: set[str] = set()
 
     def run(self, stop: threading.Event) -> None:
@@ -173,9 +174,19 @@ class Evictor:
         waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
         period = core.options.reaction_period_s
         if period > 0:
-            # A declared reaction period: pressure must have lasted this long (seconds, as a real
-            # agent's reaction takes) before anyone is evicted for it.
-            victims = [v for v in victims if v.reason != "pressure" or waited.get(v.gpu, 0.0) >= period]
+            # A declared reaction period: the agent reacts this long (seconds, as a real agent does)
+            # after it first has a reason to evict a client: the pressure on its GPU began, or it was
+            # first chosen (whatever chose it, a seeded fault included: the period delays, never hides).
+            chosen = {v.client for v in victims}
+            self._victim_since = {c: t for c, t in self._victim_since.items() if c in chosen}
+            for v in victims:
+                self._victim_since.setdefault(v.client, now)
+
+            def age(v: Victim) -> float:
+                pressure = waited.get(v.gpu, 0.0) if v.reason == "pressure" else 0.0
+                return max(pressure, now - self._victim_since[v.client])
+
+            victims = [v for v in victims if age(v) >= period]
         for victim in victims:
             if self._evict(victim, waited.get(victim.gpu, 0.0)):
                 done.append(victim)

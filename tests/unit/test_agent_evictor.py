@@ -207,6 +207,20 @@ def test_a_reaction_period_delays_the_eviction_until_the_pressure_lasted_that_lo
     assert names(evictor.run_once()) == ["ns/b1/main"]
 
 
+def test_a_reaction_period_delays_but_never_hides_what_the_evictor_chose() -> None:
+    """Found by the mutation run in the h200 fidelity: a period counted from the pressure alone hid the
+    seeded fault evict-without-pressure (no pressure, so never old enough) from the suite."""
+    options = AgentOptions(node="node-a", reaction_period_s=0.3, faults=frozenset({"evict-without-pressure"}))
+    agent = sim_agent((1024,), options=options)
+    _pod, token = admit(agent, "b1", 64, 900)
+    ctx, _ = agent.node.open_context(token)
+    agent.node.alloc(ctx, 0, 300 * MIB)  # borrowing, no pressure at all
+    evictor = Evictor(agent.core)
+    assert evictor.run_once() == []
+    time.sleep(0.35)
+    assert names(evictor.run_once()) == ["ns/b1/main"]
+
+
 def test_unknown_mechanisms_and_negative_periods_are_refused() -> None:
     with pytest.raises(ValueError, match="eviction mechanism"):
         AgentOptions(node="n", evict_by="ask-nicely")

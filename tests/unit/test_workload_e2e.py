@@ -233,24 +233,16 @@ def _compute_pair(node: SimNodeHarness, term: Any, tmp_path: Path, mode: str) ->
     return [assert_reported(w.finish(), ExitCode.OK)["steps"][1] for w in pair]
 
 
-def _busy(step: dict[str, Any]) -> list[tuple[float, float]]:
-    return [(step["t0"] + s / 1000, step["t0"] + e / 1000) for s, e in step["spans_ms"]]
-
-
-def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
-
-
 def test_time_slicing_workloads_take_turns(node: SimNodeHarness, term: Any, tmp_path: Path) -> None:
     a, b = _compute_pair(node, term, tmp_path, "time-slicing")
-    # Timestamps are rounded to 10 µs in the result; anything above that would be a real overlap.
-    assert _overlap(_busy(a), _busy(b)) < 0.001
+    # The device counts, per kernel, the time another client's kernel ran beside it.
+    assert a["shared_s"] < 0.001 and b["shared_s"] < 0.001
     assert a["kernels"] >= 3 and b["kernels"] >= 3
 
 
 def test_sm_sharing_workloads_run_at_once(node: SimNodeHarness, term: Any, tmp_path: Path) -> None:
     a, b = _compute_pair(node, term, tmp_path, "sm-sharing")
-    assert _overlap(_busy(a), _busy(b)) > 0.3  # of about 1 s each; a wide margin for a loaded machine
+    assert a["shared_s"] > 0.3 and b["shared_s"] > 0.3  # of about 1 s each; a wide margin for load
 
 
 def _fault_next_to(node: SimNodeHarness, term: Any, tmp_path: Path, mode: str) -> WorkloadRun:
@@ -339,12 +331,14 @@ def test_smi_shows_the_workloads_view(node: SimNodeHarness, term: Any) -> None:
     assert "SIMULATED" in r.stdout
 
 
-def test_a_big_result_is_cut_to_4_kib_and_stays_valid_json(node: SimNodeHarness, term: Any) -> None:
+def test_many_kernels_keep_the_result_a_summary_and_the_spans_go_to_the_log(
+    node: SimNodeHarness, term: Any
+) -> None:
     r = run(node, "ns/big/c", [{"op": "compute", "seconds": 1.0, "kernel_ms": 0.5}], term, guarantee_mib=64)
     result = assert_reported(r, ExitCode.OK)
     step = result["steps"][0]
-    assert result["truncated"] is True
-    assert step["spans_ms_total"] == step["kernels"] > len(step["spans_ms"])
+    assert not result.get("truncated") and step["kernels"] > 100
+    assert f"sha256 {step['spans_digest']}" in r.stdout  # every span is in the log, under its digest
 
 
 def test_a_plan_error_exits_2_before_touching_the_device(node: SimNodeHarness, term: Any) -> None:
