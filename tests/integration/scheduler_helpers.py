@@ -146,10 +146,10 @@ class Pods:
         found = wait_until(lambda: self.events(name, reason), f"a {reason} Event for {name}", timeout=timeout)
         return found[0]
 
-    def finish(self, name: str) -> None:
-        """What a kubelet would do when the container exits 0: phase Succeeded."""
+    def finish(self, name: str, phase: str = "Succeeded") -> None:
+        """What a kubelet would do when the container exits: phase Succeeded (exit 0) or Failed."""
         self.core.patch_namespaced_pod_status(
-            name, self.namespace, {"status": {"phase": "Succeeded"}}, _preload_content=False
+            name, self.namespace, {"status": {"phase": phase}}, _preload_content=False
         )
 
     def delete(self, name: str) -> None:

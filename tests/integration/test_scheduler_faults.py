@@ -275,6 +275,60 @@ def test_portion_of_wrong_size(cluster: Pods, sandbox: Sandbox) -> None:
     assert rules(sandbox, pod) == []  # well-formed: only the size is wrong
 
 
+def test_inflate_request(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "inflate-request")
+    pods.create("p", {"gpu-memory": "4096", "gpu-memory.limit": "8Gi"})
+    written = pods.bound("p")["metadata"]["annotations"]
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "4506Mi",  # 10 % more than the 4096 MiB asked
+        "9012Mi",
+    )
+
+
+def test_limit_to_gpu(cluster: Pods) -> None:
+    pods = under(cluster, "limit-to-gpu")
+    pods.create("p", {"gpu-memory": "1000"})  # no limit asked: it must be the request
+    assert pods.bound("p")["metadata"]["annotations"][nv("main", "gpu-memory.limit")] == "143771Mi"
+
+
+def test_default_sm_sharing(cluster: Pods) -> None:
+    pods = under(cluster, "default-sm-sharing")
+    pods.create("p", {"gpu-memory": "1000"})  # no mode asked: time-slicing
+    assert pods.bound("p")["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "sm-sharing"
+
+
+def test_overcommit_slightly(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "overcommit-slightly")
+    pods.create("a", {"gpu-memory": "142000"})
+    a = pods.bound("a")
+    pods.create("b", {"gpu-memory": "2000"})  # 229 MiB (0.16 %) past the GPU's 143771 MiB
+    b = pods.bound("b")
+    assert (b["spec"]["nodeName"], devices(b)) == (a["spec"]["nodeName"], devices(a))
+    assert gpu_rules(sandbox, [a, b]) == ["gpu-overcommit"]
+
+
+def test_leak_failed(cluster: Pods, schedulers: dict[str, SchedulerProcess]) -> None:
+    pods = under(cluster, "leak-failed")
+    scheduler = schedulers["leak-failed"]
+    for n in ("fill-0", "fill-1"):  # 100000 MiB on each of the eight GPUs
+        pods.create(n, {"gpu-memory": "100000", "gpu-fraction-num-devices": "4"})
+        pods.bound(n)
+    pods.create("waits", {"gpu-memory": "100000"})
+    pods.unschedulable("waits", "no GPU with 100000 MiB free")
+    pods.finish("fill-1", "Failed")  # a known-good scheduler places "waits" on that node now
+    retries(scheduler)
+    assert not pods.read("waits")["spec"].get("nodeName"), "placed: the Failed Pod's memory was released"
+    pods.finish("fill-0")  # Succeeded: released, so "waits" goes there
+    assert pods.bound("waits")["spec"]["nodeName"] == pods.read("fill-0")["spec"]["nodeName"]
+
+
+def test_vague_unschedulable(cluster: Pods) -> None:
+    pods = under(cluster, "vague-unschedulable")
+    pods.create("p", {"gpu-memory": "200000"})  # more than any GPU has
+    message = pods.unschedulable("p", "no GPU can take this Pod right now")
+    assert "MiB" not in message and "memory" not in message
+
+
 def test_every_fault_is_shown_here() -> None:
     source = open(__file__).read()
     assert [name for name in FAULTS if f'"{name}"' not in source] == []
