@@ -40,7 +40,7 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_NOT_JUDGED: Final = 3
 EXIT_PARTIAL: Final = 4
-"""No MUST check failed or errored, but a core check was skipped, or no MUST check ran at all."""
+"""No MUST check failed or errored, but a core check was skipped or not judged, or no check was judged."""
 SCHEMA: Final = "gpuconf.io/v1alpha2"
 """The apiVersion this release writes (``run.json`` and the ConformanceReport)."""
 SCHEMA_V1ALPHA1: Final = "gpuconf.io/v1alpha1"
@@ -219,7 +219,7 @@ class RunRecord:
             return EXIT_FAILED
         if any(r.outcome == "error" for r in must) or self.interrupted:
             return EXIT_NOT_JUDGED
-        if self.core_not_judged() or not any(r.outcome == "passed" for r in must):
+        if self.core_not_judged() or not any(r.outcome in ("passed", "failed") for r in self.results):
             return EXIT_PARTIAL
         return EXIT_OK
 
@@ -238,7 +238,7 @@ class RunRecord:
                 + "; ".join(f"{r.key}: {r.reason or r.outcome}" for r in core)
                 + ")"
                 if core
-                else "PARTIAL: no MUST check was judged"
+                else "PARTIAL: no check was judged"
             )
         else:
             verdict = {
