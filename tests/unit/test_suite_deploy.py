@@ -54,9 +54,13 @@ METHODS: dict[str, tuple[str, str, str]] = {
     "list_namespaced_lease": ("coordination.k8s.io", "leases", "list"),
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
     "delete_namespaced_lease": ("coordination.k8s.io", "leases", "delete"),
+    "list_custom_resource_definition": ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    "list_daemon_set_for_all_namespaces": ("apps", "daemonsets", "list"),
 }
 API_OBJECTS = {"core", "coordination", "policy"}
 """The attributes of ``fixtures.suite.cluster.Cluster`` that hold Kubernetes API clients."""
+API_CLASSES = {"ApiextensionsV1Api", "AppsV1Api"}
+"""Clients the suite makes on the spot (``client.AppsV1Api(cluster.api).list_…``)."""
 SIMULATED_ONLY = {("", "nodes", "create"), ("", "nodes", "patch"), ("", "nodes", "delete")}
 SIMULATED_ONLY |= {("", "nodes/status", "patch")}
 
@@ -86,6 +90,10 @@ def calls_in_code() -> dict[tuple[str, str, str], list[str]]:
                 continue
             owner = node.func.value
             owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Attribute):
+                owner_name = owner.func.attr if owner.func.attr in API_CLASSES else ""
+                if owner_name:
+                    aliases = aliases | {owner_name}
             if owner_name not in aliases:
                 continue
             where = f"{path.relative_to(ROOT)}:{node.lineno}"
