@@ -148,11 +148,6 @@ def values_must_be_as_asked(
     if placed.mode != request.mode:
         asked_mode = request.mode if nvidia_key(container, SUFFIX_MODE) in asked else f"none ({request.mode})"
         problems.append(f"the mode is {placed.mode}, but the author asked for {asked_mode}")
-    devices = [resolve_device(d, node) for d in placed.devices]
-    if len(devices) != request.num_devices or len(set(devices)) != len(devices):
-        problems.append(
-            f"it got {len(devices)} GPU(s) ({len(set(devices))} distinct) but asked for {request.num_devices}"
-        )
     suite.evidence.pod(
         name,
         asked={
@@ -173,13 +168,16 @@ def values_must_be_as_asked(
     )
     if problems:
         raise fail(f"{name} (bound to {snapshot.node}): " + "; ".join(problems))
+    devices_must_be_on_the_node(suite, name, snapshot, request.num_devices, container)
     return placed
 
 
-def devices_must_be_on_the_node(suite: Suite, name: str, snapshot: Snapshot, expected: int) -> None:
+def devices_must_be_on_the_node(
+    suite: Suite, name: str, snapshot: Snapshot, expected: int, container: str = "main"
+) -> None:
     """The container got ``expected`` distinct GPUs, each one of the bound node's."""
-    written = snapshot.annotations.get(nvidia_key("main", SUFFIX_DEVICES), "")
-    gpus = gpus_at_bind(suite, name, snapshot)
+    written = snapshot.annotations.get(nvidia_key(container, SUFFIX_DEVICES), "")
+    gpus = gpus_at_bind(suite, name, snapshot, container)
     node = suite.cluster.read_node(snapshot.node) or {}
     count, uuids = node_gpu_count(node), node_gpu_uuids(node)
     problems = []

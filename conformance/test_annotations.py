@@ -92,7 +92,7 @@ def test_limit_and_mode_at_bind(suite: Suite) -> None:
     "author's MiB, or the portion of the bound GPU's memory within the documented 5 % reserve), the "
     "limit (the author's, or the request when the author gave none: never smaller, never larger), "
     "the mode (the author's; time-slicing when the author gave none) and the devices (the count "
-    "asked, distinct).",
+    "asked, distinct, on the bound node).",
     profiles=("scheduler",),
     seed="000/4",
     each_form=True,

@@ -89,7 +89,7 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                 "result": p.result,
                 "summary": p.summary(),
                 "warnings": p.warnings,
-                "coreNotJudged": [r.key for r in p.results if r.core and r.outcome in ("skipped", "error")],
+                "coreNotJudged": p.core_not_judged,
                 "statistics": {o: p.counts[o] for o in OUTCOMES},
                 "statisticsByLevel": {
                     level: {o: counts[o] for o in OUTCOMES} for level, counts in p.by_level.items()

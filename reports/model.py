@@ -225,7 +225,7 @@ class RunRecord:
 
     def core_not_judged(self) -> list[CheckResult]:
         """The core checks (``CheckResult.core``) of this run that were skipped or not judged."""
-        return [r for r in self.results if r.core and r.outcome in ("skipped", "error")]
+        return core_not_judged(self.results)
 
     def verdict_line(self) -> str:
         c = self.counts()
@@ -246,7 +246,7 @@ class RunRecord:
                 EXIT_FAILED: "NOT CONFORMANT: a MUST check failed",
                 EXIT_NOT_JUDGED: "NOT JUDGED: a MUST check could not be judged (error)",
             }[code]
-        warned = [r.key for r in self.results if r.level == "SHOULD" and r.outcome == "failed"]
+        warned = [r.key for r in should_failures(self.results)]
         if warned and code == EXIT_OK:
             verdict += f", with warnings: SHOULD check(s) failed: {', '.join(warned)}"
         if self.interrupted:
@@ -296,6 +296,16 @@ class RunRecord:
             "suiteValidation": self.suite_validation,
             "results": [r.as_dict() for r in self.results],
         }
+
+
+def core_not_judged(results: list[CheckResult]) -> list[CheckResult]:
+    """The core checks among ``results`` that were skipped or not judged: each makes its profile partial."""
+    return [r for r in results if r.core and r.outcome in ("skipped", "error")]
+
+
+def should_failures(results: list[CheckResult]) -> list[CheckResult]:
+    """The SHOULD checks among ``results`` that failed: warnings, which never change a verdict."""
+    return [r for r in results if r.level == "SHOULD" and r.outcome == "failed"]
 
 
 def load_run(directory: Path) -> RunRecord:

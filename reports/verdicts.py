@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from reports.model import OUTCOMES, CheckResult, RunRecord
+from reports.model import OUTCOMES, CheckResult, RunRecord, core_not_judged, should_failures
 
 Result = Literal["success", "partial", "failure"]
 RESULTS: Final[tuple[Result, ...]] = ("success", "partial", "failure")
@@ -34,7 +34,12 @@ class ProfileResult:
     @property
     def warnings(self) -> list[str]:
         """The SHOULD checks that failed: they never change the result, and every view names them."""
-        return [r.key for r in self.results if r.level == "SHOULD" and r.outcome == "failed"]
+        return [r.key for r in should_failures(self.results)]
+
+    @property
+    def core_not_judged(self) -> list[str]:
+        """The profile's core checks that were skipped or not judged (its result is then partial)."""
+        return [r.key for r in core_not_judged(self.results)]
 
     @property
     def headline(self) -> str:
