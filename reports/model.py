@@ -242,7 +242,7 @@ class RunRecord:
             )
         else:
             verdict = {
-                EXIT_OK: "CONFORMANT: every MUST check that ran passed, the core of each profile included",
+                EXIT_OK: "CONFORMANT: every MUST check that ran passed",
                 EXIT_FAILED: "NOT CONFORMANT: a MUST check failed",
                 EXIT_NOT_JUDGED: "NOT JUDGED: a MUST check could not be judged (error)",
             }[code]
