@@ -3,7 +3,9 @@
 ``write_results`` writes what allure-pytest would have written for the run, from the model alone
 (so it works from a recorded run): one ``<uuid>-result.json`` per check, written with
 allure-python-commons' own model and file logger, with labels (profile: epic, capability:
-feature, check id: story, party: tag, MUST: critical severity) and attachments (the Pod manifests
+feature, check id: story, party: tag, MUST: critical severity; ``not-judged``: a tag, a skipped step
+per part of the rule not judged for the implementation, and a line in the description, the
+result's status staying the check's outcome) and attachments (the Pod manifests
 as submitted, workload results, Events, ``nvidia-smi`` output, logs, Pod timelines, plots), plus
 ``environment.properties`` and ``executor.json`` in the results directory.
 
@@ -33,11 +35,13 @@ from allure_commons.model2 import (
     Status,
     StatusDetails,
     TestResult,
+    TestStepResult,
 )
 
 from reports import figures, plots
 from reports.environment import complete, describe
-from reports.model import CheckResult, RunRecord
+from reports.levels import level_of
+from reports.model import NOT_JUDGED, CheckResult, RunRecord
 
 STATUS: Final = {
     "passed": Status.PASSED,
@@ -46,6 +50,8 @@ STATUS: Final = {
     "skipped": Status.SKIPPED,
 }
 SEVERITY: Final = {"MUST": "critical", "SHOULD": "normal", "MAY": "minor"}
+NOT_JUDGED_TAG: Final = "not-judged"
+"""The tag of a result with a part of its rule not judged for the implementation (to filter on)."""
 CLI_CACHE: Final = Path.home() / ".cache" / "gpuconf" / "allure"
 INSTALL_HINT: Final = (
     "the Allure 3 command line is not installed; it needs Node.js (no Java): "
@@ -133,6 +139,9 @@ def test_result(record: RunRecord, r: CheckResult) -> TestResult:
     params = [Parameter(name="profile", value=r.profile)]
     if r.form:
         params.append(Parameter(name="form", value=r.form))
+    not_judged = r.not_judged()
+    if not_judged:
+        labels.append(Label("tag", NOT_JUDGED_TAG))
     details = None
     if r.outcome != "passed":
         details = StatusDetails(message=r.reason, trace="\n".join([r.detail, *r.notes]).strip() or None)
@@ -142,7 +151,7 @@ def test_result(record: RunRecord, r: CheckResult) -> TestResult:
         testCaseId=ident,
         fullName=f"gpuconf.{r.profile}.{r.capability}.{r.key}",
         name=r.key,
-        description=r.statement,
+        description=description(r),
         status=STATUS[r.outcome],
         statusDetails=details,
         stage="finished",
@@ -151,7 +160,25 @@ def test_result(record: RunRecord, r: CheckResult) -> TestResult:
         labels=labels,
         parameters=params,
         titlePath=["gpuconf", r.profile, r.capability],
+        # A skipped step per part not judged: Allure shows it apart from the result's status,
+        # which stays the check's outcome.
+        steps=[
+            TestStepResult(
+                name=f"{NOT_JUDGED}{part}", status=Status.SKIPPED, stage="finished", start=start, stop=start
+            )
+            for part in not_judged
+        ],
     )
+
+
+def description(r: CheckResult) -> str:
+    """The check's statement, then (Markdown) what it did not judge for the implementation."""
+    parts = r.not_judged()
+    if not parts:
+        return r.statement
+    return "\n\n".join(
+        [r.statement, "**Not judged** for this implementation (the outcome stands):"]
+    ) + "".join(f"\n- {part}" for part in parts)
 
 
 def write_results(record: RunRecord, directory: Path) -> Path:
@@ -164,6 +191,12 @@ def write_results(record: RunRecord, directory: Path) -> Path:
     env = describe(complete(record))
     lines = [f"{_key(label)}={value}" for label, value in env]
     lines += [f"Run={record.run_id}", f"Mode={record.mode}", f"gpuconf={record.gpuconf_version}"]
+    # Allure's overview shows these: the level names the checks not judged, and the mechanisms
+    # the implementation does not claim were judged by no check.
+    lines.append(f"Level={level_of(record).line()}")
+    not_claimed = sorted((record.under_test or {}).get("mechanismsNotClaimed") or {})
+    if not_claimed:
+        lines.append(f"Not.judged.mechanisms={', '.join(not_claimed)}")
     (directory / "environment.properties").write_text("\n".join(lines) + "\n")
     executor = {
         "name": "gpuconf",

@@ -16,7 +16,9 @@ release's, is still read and validated against its own schema). It says:
   conformant, and whether it is sandbox-verified or judged gpuconf's reference components;
 - per profile the result over its MUST checks (``success``, ``partial``, ``failure``;
   ``reports.verdicts``), MUST and SHOULD statistics apart, and **every** check with its outcome
-  and the digest of its evidence (``reports.digests``);
+  and the digest of its evidence (``reports.digests``), and what a check did not judge for the
+  implementation (``notJudged``: a part of its rule the implementation does not claim; the outcome
+  stands);
 - the digests of ``run.json``, ``junit.xml`` and the evidence archive beside it (``evidence``);
 - and how good the suite is (``suiteValidation``: the mutation score of its version).
 
@@ -102,6 +104,7 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
                         "outcome": r.outcome,
                         "core": r.core,
                         **({"reason": r.reason} if r.reason else {}),
+                        **({"notJudged": r.not_judged()} if r.not_judged() else {}),
                         "evidence": digests[r.key],
                     }
                     for r in p.results

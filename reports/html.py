@@ -1,8 +1,10 @@
 """The HTML report: one self-contained file a person reads, rendered with Jinja2.
 
-On top the verdict per profile and the implementation under test, and how good the suite that
-judged is (its version's mutation score, ``reports.validation``); then the seed's four
-deliverables as sections: (1) the annotation checklist with this run's verdict per rule, (2) the
+On top the verdict per profile, what was not judged (the checks, the parts of a check's rule not
+judged for the implementation, the mechanisms it does not claim: a grey block, never a failure, and
+again beside each check), the implementation under test, and how good the suite that judged is
+(its version's mutation score, ``reports.validation``); then the seed's four deliverables as
+sections: (1) the annotation checklist with this run's verdict per rule, (2) the
 hard and soft threshold verification, (3) time-slicing and sm-sharing side by side, (4) the rollout
 path (probe, agent restart, density ramp); then every check, and for each one that failed or could
 not be judged, its evidence and the party that broke the rule. Plots are matplotlib SVGs embedded
@@ -23,7 +25,7 @@ import markupsafe
 from reports import checklist, figures, plots, timeline, validation
 from reports.environment import complete, describe
 from reports.levels import level_of
-from reports.model import CheckResult, Implementation, RunRecord
+from reports.model import NOT_JUDGED, CheckResult, Implementation, RunRecord, not_judged_parts
 from reports.verdicts import profile_results, supported_features
 
 TEXT_LIMIT: Final = 6000
@@ -78,6 +80,10 @@ class CheckView:
     logs: dict[str, str]
     facts: dict[str, str]
     attachments: list[str]
+    not_judged: list[str] = field(default_factory=list)
+    """Parts of the check's rule not judged for the implementation: shown apart from its outcome."""
+    notes: list[str] = field(default_factory=list)
+    """The check's other notes."""
 
 
 def _smi(record: RunRecord, result: CheckResult) -> list[str]:
@@ -117,6 +123,8 @@ def check_view(record: RunRecord, result: CheckResult) -> CheckView:
         logs=logs,
         facts={k: v if isinstance(v, str) else json.dumps(v) for k, v in f.items() if k not in shown},
         attachments=sorted(n for n in found if not n.startswith("log-")),
+        not_judged=result.not_judged(),
+        notes=[n for n in result.notes if not n.startswith(NOT_JUDGED)],
     )
 
 
@@ -178,6 +186,8 @@ def context(record: RunRecord, implementation: Implementation | None = None) -> 
         "environment": describe(complete(record)) + left_out_rows(record),
         "profiles": profile_results(record),
         "verdict": record.verdict_line(),
+        "not_judged": [(views[r.key], part) for r, part in not_judged_parts(record.results)],
+        "not_claimed": dict((record.under_test or {}).get("mechanismsNotClaimed") or {}),
         "level": level_of(record),
         "exit_code": record.exit_code(),
         "supported": supported,

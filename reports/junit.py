@@ -3,7 +3,9 @@
 Written from the model rather than by pytest's ``--junitxml`` because the suite's outcomes are
 not pytest's: an *error* (the suite could not judge) must reach a CI dashboard as ``<error>``,
 not as a ``<failure>`` of the implementation, and every testcase carries what it judged (party,
-level, statement) as properties. The element set is the common JUnit subset every CI reads:
+level, statement) as properties, and what it did not judge for the implementation (``not-judged``,
+beside the notes in ``system-out``) without changing its outcome. The element set is the common
+JUnit subset every CI reads:
 ``testsuites > testsuite > testcase`` with ``failure``/``error``/``skipped``, ``properties``,
 ``system-out``, and ``file``/``line`` where a result names its source (``path:line``).
 
@@ -47,9 +49,18 @@ def _case(parent: ET.Element, r: CheckResult, classname: str) -> None:
     if located:  # file="path" line="N", as CI systems expect
         case.set("file", xml_text(located.group("path")))
         case.set("line", located.group("line"))
+    # Every part not judged in one property: a CI that keeps properties as a map keeps one per
+    # name. The outcome is untouched (a pass stays a pass); system-out has each note.
+    not_judged = "; ".join(r.not_judged())
     props = [
         (n, v)
-        for n, v in (("party", r.party), ("level", r.level), ("statement", r.statement), ("seed", r.seed))
+        for n, v in (
+            ("party", r.party),
+            ("level", r.level),
+            ("statement", r.statement),
+            ("seed", r.seed),
+            ("not-judged", not_judged),
+        )
         if v
     ]
     if props:

@@ -49,6 +49,9 @@ SCHEMAS: Final = (SCHEMA_V1ALPHA1, SCHEMA)
 Target = Literal["sandbox", "cluster", "probe"]
 IMPLEMENTATION_TYPES: Final = ("scheduler", "node agent", "stack")
 Source = Literal["run", "probe"]
+NOT_JUDGED: Final = "not judged: "
+"""How a check's note starts when it names part of its rule not judged for the implementation under
+test (``fixtures.suite.frame`` ``not_judged``): the check's verdict stands, and every report names it."""
 _T = TypeVar("_T")
 
 
@@ -167,6 +170,11 @@ class CheckResult:
         level = "" if self.level == "MUST" else f" ({self.level})"
         text = f"{mark:<5} {self.key}{level}  {self.duration_s:.1f}s"
         return f"{text}  {self.reason}" if self.reason else text
+
+    def not_judged(self) -> list[str]:
+        """The parts of the rule this check did not judge (its ``not judged: `` notes, without the
+        prefix): a passed check stays passed, but no report may let it read as wholly judged."""
+        return [n.removeprefix(NOT_JUDGED) for n in self.notes if n.startswith(NOT_JUDGED)]
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -301,6 +309,11 @@ class RunRecord:
 def core_not_judged(results: list[CheckResult]) -> list[CheckResult]:
     """The core checks among ``results`` that were skipped or not judged: each makes its profile partial."""
     return [r for r in results if r.core and r.outcome in ("skipped", "error")]
+
+
+def not_judged_parts(results: list[CheckResult]) -> list[tuple[CheckResult, str]]:
+    """Every part of a rule not judged among ``results``, with its check, in the results' order."""
+    return [(r, part) for r in results for part in r.not_judged()]
 
 
 def should_failures(results: list[CheckResult]) -> list[CheckResult]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reports.levels import level_of
-from reports.model import RunRecord
+from reports.model import RunRecord, not_judged_parts
 from reports.verdicts import profile_results
 
 COLUMNS = ("CHECK", "LEVEL", "PARTY", "OUTCOME", "SECONDS", "REASON")
@@ -37,10 +37,10 @@ def summary(record: RunRecord) -> str:
 def not_judged_lines(record: RunRecord) -> list[str]:
     """What passed checks did not judge for this implementation, and the implementation itself."""
     lines: list[str] = []
-    unjudged = [(r.key, n) for r in record.results for n in r.notes if n.startswith("not judged: ")]
+    unjudged = not_judged_parts(record.results)
     if unjudged:
         lines.append("parts of passed checks not judged for this implementation:")
-        lines += [f"  {key}: {note.removeprefix('not judged: ')}" for key, note in unjudged]
+        lines += [f"  {r.key}: {part}" for r, part in unjudged]
     under = record.under_test
     if under.get("node"):
         lines.append(
