@@ -42,7 +42,7 @@ from reports.junit import junit_bytes
 from reports.levels import CONFORMANT, FEATURE_SKIP, SANDBOX_VERIFIED, level_of, narrowing, reference_parties
 from reports.model import SCHEMA, Implementation, RunRecord, gpuconf_version, load_run, record_from_dict
 from reports.provenance import KUBECONFIG, file_digest, leaks, redact_text
-from reports.validation import validation
+from reports.validation import validations
 from reports.verdicts import profile_results
 
 EXIT_OK, EXIT_NOT_SUBMITTABLE, EXIT_USAGE = 0, 1, 2
@@ -920,8 +920,8 @@ class _Checker:
     def mutation_score(self) -> list[Finding]:
         if self.record is None:
             return self.unreadable(RUN)
-        score = validation(self.record)
-        if score is None:
+        scores = validations(self.record)
+        if not scores:
             return [
                 Finding(
                     RUN,
@@ -932,16 +932,20 @@ class _Checker:
                 )
             ]
         out = []
-        if score.escaped or score.caught != score.seeded:
-            out.append(
-                Finding(
-                    RUN,
-                    "suiteValidation",
-                    "every seeded fault caught",
-                    f"{score.caught} of {score.seeded}; escaped: {', '.join(score.escaped)}",
-                    "use a release whose suite catches every seeded fault",
+        # Every fidelity the suite was scored in: a fault that escapes on simulated H200s only is
+        # still one the suite misses.
+        for score in scores:
+            if score.escaped or score.caught != score.seeded:
+                where = f" ({score.fidelity} fidelity)" if score.fidelity else ""
+                out.append(
+                    Finding(
+                        RUN,
+                        "suiteValidation",
+                        "every seeded fault caught",
+                        f"{score.caught} of {score.seeded}{where}; escaped: {', '.join(score.escaped)}",
+                        "use a release whose suite catches every seeded fault",
+                    )
                 )
-            )
         version = str(self.record.suite.get("version") or "")
         wanted = (
             self.suite.score_digest

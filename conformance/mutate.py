@@ -23,8 +23,9 @@ that way (``make test`` uses it: is each fault caught where it should be?); with
 meets its whole profile, and the table says every check that caught it.
 
 ``make mutation`` runs it with ``--write-score``, which also records the score in
-``conformance/mutation-score.json``; every run's report then says how many seeded faults this
-version of the suite catches.
+``conformance/mutation-score.json``, per fidelity (``--fidelity``, repeatable) with its date and its
+mode (``quick`` or ``full``); every run's report then says, per fidelity, how many seeded faults
+this version of the suite catches.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class MutationReport:
     results: list[FaultResult]
     fidelity: str = "ideal"
     """The simulated GPUs' fidelity the faults were judged on (``enforcement.sim.fidelity``)."""
+    quick: bool = False
+    """Each fault judged on its expected checks only (``--quick``), not on its whole profile."""
 
     @property
     def caught(self) -> int:
@@ -147,6 +150,7 @@ class MutationReport:
             "date": self.date,
             "seconds": round(self.seconds, 1),
             "fidelity": self.fidelity,
+            "mode": "quick" if self.quick else "full",
             "score": {"caught": self.caught, "seeded": len(self.results)},
             "control": self.control,
             "faults": [{**asdict(r), "missed": r.missed, "verdict": r.verdict} for r in self.results],
@@ -253,7 +257,7 @@ def run_mutation(
         }
         if rc != 0 or not outcomes or any(o in ("failed", "error") for o in outcomes):
             log(f"mutation: the control did not pass (exit {rc}); nothing else is judged\n{output[-3000:]}")
-            return MutationReport(_now(), time.monotonic() - started, control, [], fidelity)
+            return MutationReport(_now(), time.monotonic() - started, control, [], fidelity, quick)
         log(f"mutation: control passed ({len(outcomes)} items, {took:.0f} s)")
 
         with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -289,7 +293,7 @@ def run_mutation(
                 results += list(pool.map(agent_run, batch))
     finally:
         box.down()
-    return MutationReport(_now(), time.monotonic() - started, control, results, fidelity)
+    return MutationReport(_now(), time.monotonic() - started, control, results, fidelity, quick)
 
 
 def reaction_period(fidelity: str) -> float:
@@ -400,26 +404,19 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 
 def score_record(reports: Sequence[MutationReport]) -> dict[str, Any]:
-    """What ``--write-score`` records: the first fidelity's score at the top (the shape every report
-    reads), and each fidelity's under ``fidelities``."""
+    """What ``--write-score`` records: each fidelity's score (date, seconds, mode, counts, faults)
+    under ``fidelities``, and the first one's also at the top, the shape of a score file from
+    before fidelities (``reports.validation`` reads both)."""
 
     def one(report: MutationReport) -> dict[str, Any]:
         data = report.as_dict()
-        score = {k: data[k] for k in ("date", "seconds", "fidelity", "score")}
+        score = {k: data[k] for k in ("date", "seconds", "fidelity", "mode", "score")}
         score["faults"] = {
             r.fault: {"kind": r.kind, "verdict": r.verdict, "caughtBy": r.caught_by} for r in report.results
         }
         return score
 
-    record = one(reports[0])
-    if len(reports) > 1:
-        record["fidelities"] = {
-            r.fidelity: {k: v for k, v in one(r).items() if k != "faults"} for r in reports
-        }
-        record["fidelities"] = {
-            r.fidelity: {**record["fidelities"][r.fidelity], "faults": one(r)["faults"]} for r in reports
-        }
-    return record
+    return {**one(reports[0]), "fidelities": {r.fidelity: one(r) for r in reports}}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -20,7 +20,9 @@ release's, is still read and validated against its own schema). It says:
   implementation (``notJudged``: a part of its rule the implementation does not claim; the outcome
   stands);
 - the digests of ``run.json``, ``junit.xml`` and the evidence archive beside it (``evidence``);
-- and how good the suite is (``suiteValidation``: the mutation score of its version).
+- and how good the suite is (``suiteValidation``: the mutation score of its version, the first
+  fidelity's at the top and, when it was scored in several, each one under ``fidelities`` with its
+  fidelity, mode and date).
 
 The schemas are ``reports/schema/conformance-report.<apiVersion>.schema.json``
 (``conformance-report.schema.json`` is ``v1alpha1``'s).
@@ -41,7 +43,7 @@ from reports.digests import check_digests, file_digests
 from reports.environment import complete
 from reports.levels import level_of
 from reports.model import OUTCOMES, SCHEMA, SCHEMA_V1ALPHA1, Implementation, RunRecord
-from reports.validation import validation
+from reports.validation import SuiteValidation, validations
 from reports.verdicts import profile_results, supported_features
 
 KIND: Final = "ConformanceReport"
@@ -136,15 +138,23 @@ def report(record: RunRecord, implementation: Implementation | None = None) -> d
         "profiles": profiles,
         "evidence": file_digests(record),
     }
-    suite = validation(record)
-    if suite is not None:
-        data["suiteValidation"] = {
-            "caught": suite.caught,
-            "seeded": suite.seeded,
-            "date": suite.date,
-            "escaped": suite.escaped,
-        }
+    scores = [_score(v) for v in validations(record)]
+    if scores:
+        # The first fidelity's at the top, the block's shape from before fidelities; all of them
+        # under ``fidelities`` when there are several, so none is left out.
+        data["suiteValidation"] = {**scores[0], **({"fidelities": scores} if len(scores) > 1 else {})}
     return data
+
+
+def _score(suite: SuiteValidation) -> dict[str, Any]:
+    return {
+        "caught": suite.caught,
+        "seeded": suite.seeded,
+        "date": suite.date,
+        "escaped": suite.escaped,
+        **({"fidelity": suite.fidelity} if suite.fidelity else {}),
+        **({"mode": suite.mode} if suite.mode else {}),
+    }
 
 
 def render_yaml(record: RunRecord, implementation: Implementation | None = None) -> str:

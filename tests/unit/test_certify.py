@@ -241,6 +241,18 @@ def test_a_run_that_skipped_preflight_is_refused(tmp_path: Path) -> None:
     assert "preflight" in failed(bundled(tmp_path, skip))
 
 
+def test_a_fault_escaping_in_one_fidelity_only_is_refused(tmp_path: Path) -> None:
+    def escape_on_h200(data: dict[str, Any]) -> None:
+        h200 = data["suiteValidation"]["fidelities"]["h200"]
+        h200["faults"]["no-eviction"].update(verdict="ESCAPED", caughtBy=[])
+        h200["score"]["caught"] -= 1
+
+    folder = bundled(tmp_path, escape_on_h200)
+    assert failed(folder) == ["mutation-score"]
+    found = finding(folder, "mutation-score").found
+    assert "(h200 fidelity)" in found and found.endswith("escaped: no-eviction")
+
+
 def test_an_interrupted_run_is_not_bundled_and_a_forged_one_is_refused(tmp_path: Path) -> None:
     run = vendor_run(tmp_path, lambda d: d.update(interrupted=True))
     with pytest.raises(certify.BundleError, match="interrupted"):

@@ -160,14 +160,17 @@ def test_the_html_says_how_good_the_suite_is_after_the_verdicts() -> None:
     section = section[: section.index("</section>")]
     assert page.index('id="verdict"') < page.index('id="suite-validation"') < page.index('id="checklist"')
     assert "How good is this suite?" in section
-    assert "3 of 5 seeded faults caught (mutation run of 2026-03-02 04:05 UTC)" in section
+    # a score file from before fidelities: one score, what it does not say is said as not recorded
+    assert "<td><b>not recorded</b></td>\n        <td><b>3 of 5 seeded faults caught</b></td>" in section
+    assert "<td>2026-03-02 04:05 UTC</td>" in section
     assert (
         "Not caught by any check: <code>late-annotations</code>, <code>ignore-limit</code> (not judged)."
         in section
     )
     # the per-fault table, folded
     assert '<details class="faults">' in section and "Per seeded fault (5)" in section
-    rows = section[section.index("<tbody>") : section.index("</tbody>")].split("<tr")[1:]
+    folded = section[section.index('<details class="faults">') :]
+    rows = folded[folded.index("<tbody>") : folded.index("</tbody>")].split("<tr")[1:]
     assert len(rows) == 5
     (escaped,) = [r for r in rows if "late-annotations" in r]
     assert "ESCAPED" in escaped and "s-failed" in escaped and "scheduler" in escaped
@@ -202,3 +205,119 @@ def test_a_scored_run_renders_every_format(tmp_path: Path) -> None:
     report = yaml.safe_load((tmp_path / "report.yaml").read_text())
     assert report["suiteValidation"]["escaped"] == ["late-annotations", "ignore-limit"]
     assert "3 of 5 seeded faults caught" in (tmp_path / "report.html").read_text()
+
+
+# ----------------------------------------------------------------------------- per fidelity
+
+
+def _fidelity(date: str, mode: str, verdicts: dict[str, str]) -> dict[str, Any]:
+    faults = {
+        name: {"kind": "agent", "verdict": v, "caughtBy": ["node/x"] if v == "caught" else []}
+        for name, v in verdicts.items()
+    }
+    caught = sum(v == "caught" for v in verdicts.values())
+    return {
+        "date": date,
+        "mode": mode,
+        "score": {"caught": caught, "seeded": len(verdicts)},
+        "faults": faults,
+    }
+
+
+IDEAL = {
+    "fidelity": "ideal",
+    **_fidelity("2026-04-01T10:00:00+00:00", "full", {"a": "caught", "b": "caught"}),
+}
+H200 = {
+    "fidelity": "h200",
+    **_fidelity("2026-04-01T11:30:00+00:00", "quick", {"a": "caught", "b": "ESCAPED"}),
+}
+# The shape `gpuconf mutate --fidelity ideal --fidelity h200 --write-score` writes.
+PER_FIDELITY: dict[str, Any] = {**IDEAL, "fidelities": {"ideal": IDEAL, "h200": H200}}
+
+
+def test_every_fidelity_s_score_is_read_with_its_labels() -> None:
+    ideal, h200 = validation.validations(scored(score=PER_FIDELITY))
+    assert (ideal.fidelity, ideal.mode, ideal.caught, ideal.seeded) == ("ideal", "full", 2, 2)
+    assert (h200.fidelity, h200.mode, h200.caught, h200.escaped) == ("h200", "quick", 1, ["b"])
+    assert (
+        h200.line()
+        == "1 of 2 seeded faults caught (h200 fidelity, quick mode, mutation run of 2026-04-01 11:30 UTC)"
+    )
+    assert validation.validation(scored(score=PER_FIDELITY)) == ideal  # the first, as the top says
+
+
+def test_an_old_score_file_is_one_score() -> None:
+    (one,) = validation.validations(scored())
+    assert one == validation.validation(scored())
+    assert (one.fidelity, one.mode, one.caught, one.seeded) == ("", "", 3, 5)
+    assert validation.validations(load_run(RUNS / "bad-scheduler-xdist")) == []
+
+
+def test_the_shipped_score_file_gives_both_fidelities_with_the_file_s_mode() -> None:
+    # conformance/mutation-score.json as recorded: the mode written by hand at the top only, and
+    # a fault judged again in h200
+    shipped = validation.read_score(
+        Path(validation.__file__).parents[1] / "conformance" / "mutation-score.json"
+    )
+    scores = validation.validations(scored(score=shipped))
+    assert [(v.fidelity, v.mode) for v in scores] == [("ideal", "quick"), ("h200", "quick")]
+    assert "evict-without-pressure" in scores[1].rejudged and not scores[0].rejudged
+
+
+def test_the_html_shows_every_fidelity_labelled() -> None:
+    page = html.render_html(scored(score=PER_FIDELITY))
+    section = page[page.index('<section id="suite-validation">') :]
+    section = section[: section.index("</section>")]
+    rows = section[section.index("<tbody>") : section.index("</tbody>")].split("<tr")[1:]
+    ideal, h200 = rows
+    assert "<b>ideal</b>" in ideal and "2 of 2 seeded faults caught" in ideal
+    assert "full" in ideal and "2026-04-01 10:00 UTC" in ideal and "escaped" not in ideal
+    assert "<b>h200</b>" in h200 and "1 of 2 seeded faults caught" in h200
+    assert "quick" in h200 and "2026-04-01 11:30 UTC" in h200 and 'class="score escaped"' in h200
+    assert "Not caught by any check (h200 fidelity): <code>b</code>." in section
+    assert (
+        "Per seeded fault, ideal fidelity (2)" in section and "Per seeded fault, h200 fidelity (2)" in section
+    )
+
+
+def test_the_conformance_report_has_every_fidelity() -> None:
+    data = submitted(scored(score=PER_FIDELITY))
+    assert conformance.validate(data) == []
+    block = data["suiteValidation"]
+    assert (block["fidelity"], block["mode"], block["caught"]) == ("ideal", "full", 2)
+    assert [(f["fidelity"], f["mode"], f["escaped"]) for f in block["fidelities"]] == [
+        ("ideal", "full", []),
+        ("h200", "quick", ["b"]),
+    ]
+    block["fidelities"][1]["mode"] = "slow"
+    assert any(e.startswith("suiteValidation/fidelities/1/mode") for e in conformance.validate(data))
+
+
+def test_mutate_writes_each_fidelity_with_its_mode() -> None:
+    from conformance.mutate import FaultResult, MutationReport, score_record
+
+    caught = FaultResult("no-eviction", "agent", "evict", caught_by=["node/soft-limit-eviction"])
+    escaped = FaultResult("no-eviction", "agent", "evict")
+    written = score_record(
+        [
+            MutationReport("2026-04-01T10:00:00+00:00", 10.0, {}, [caught], "ideal", quick=False),
+            MutationReport("2026-04-01T11:00:00+00:00", 20.0, {}, [escaped], "h200", quick=True),
+        ]
+    )
+    assert (written["fidelity"], written["mode"], written["score"]) == (
+        "ideal",
+        "full",
+        {"caught": 1, "seeded": 1},
+    )
+    assert list(written["fidelities"]) == ["ideal", "h200"]
+    ideal, h200 = validation.validations(scored(score=written))
+    assert (ideal.fidelity, ideal.mode, ideal.escaped) == ("ideal", "full", [])
+    assert (h200.fidelity, h200.mode, h200.escaped, h200.date) == (
+        "h200",
+        "quick",
+        ["no-eviction"],
+        "2026-04-01T11:00:00+00:00",
+    )
+    (alone,) = validation.validations(scored(score=score_record([MutationReport("", 1.0, {}, [caught])])))
+    assert (alone.fidelity, alone.mode) == ("ideal", "full")
