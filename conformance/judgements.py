@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.suite.scenario import Outcome
+from reports.figures import BOUNDED_BY_LIMIT, bounded_by
 
 MIB: Final = 1 << 20
 IDEAL: Final = "ideal"
@@ -79,6 +80,8 @@ class BoundaryVerdict:
     tolerance_mib: int
     fidelity: str | None
     problem: str = ""
+    bounded_by: str = BOUNDED_BY_LIMIT
+    """What ended the search (``reports.figures.bounded_by``): the report says it beside the figure."""
 
     @property
     def ok(self) -> bool:
@@ -95,13 +98,21 @@ class BoundaryVerdict:
             "gapMiB": self.gap_mib,
             "toleranceMiB": self.tolerance_mib,
             "fidelity": self.fidelity,
-            "boundedBy": "the limit",
+            "boundedBy": self.bounded_by,
             "ok": self.ok,
         }
 
 
-def judge_boundary(found_mib: int, limit_mib: int, fidelity: str | None, who: str = "it") -> BoundaryVerdict:
-    """The one tolerance rule: at or below ``limit_mib``, and within the tolerance below it."""
+def judge_boundary(
+    found_mib: int,
+    limit_mib: int,
+    fidelity: str | None,
+    who: str = "it",
+    search: Mapping[str, Any] | None = None,
+) -> BoundaryVerdict:
+    """The one tolerance rule: at or below ``limit_mib``, and within the tolerance below it.
+    ``search``, the ``alloc-until-oom`` step, says what ended it (the verdict's ``bounded_by``); the
+    rule is the same whatever did."""
     tol = tolerance_mib(limit_mib, fidelity)
     problem = ""
     if found_mib > limit_mib:
@@ -111,7 +122,10 @@ def judge_boundary(found_mib: int, limit_mib: int, fidelity: str | None, who: st
             f"{who} ran out of memory at {found_mib} MiB, {limit_mib - found_mib} MiB below its limit of "
             f"{limit_mib} MiB (tolerance {tol} MiB on a {fidelity or 'unknown'} device)"
         )
-    return BoundaryVerdict(found_mib, limit_mib, tol, fidelity, problem)
+    bound = bounded_by(search) if search is not None else BOUNDED_BY_LIMIT
+    if problem and bound != BOUNDED_BY_LIMIT:
+        problem += f"; its search was ended by {bound}, not by the limit"
+    return BoundaryVerdict(found_mib, limit_mib, tol, fidelity, problem, bound)
 
 
 # ----------------------------------------------------------------------------------- eviction

@@ -363,7 +363,7 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
         "oom": oom,
         "exit_code": run.exit_code,
     }
-    verdict = judge_boundary(got // MIB, limit, "ideal" if s.simulated else "real")
+    verdict = judge_boundary(got // MIB, limit, "ideal" if s.simulated else "real", search=step)
     evidence["boundary"] = verdict.as_fact()
     time.sleep(0.3)  # a few of the neighbour's heartbeats after the out-of-memory
     neighbour.proc.send_signal(signal.SIGTERM)

@@ -76,7 +76,7 @@ def test_hard_limit_oom(suite: Suite) -> None:
     limit = capped.limit_mib
     oom = search.get("oom") or {}
     terminated = out.status != "ok"
-    verdict = judge_boundary(found_mib, limit, device_fidelity(out.result), capped.name)
+    verdict = judge_boundary(found_mib, limit, device_fidelity(out.result), capped.name, search)
     suite.evidence.fact(
         "boundary",
         {

@@ -109,7 +109,7 @@ def test_agent_restart(suite: Suite) -> None:
     beat = kept.step("heartbeat")
     search = kept.step("alloc-until-oom")
     kept_found = within(request) + int(search.get("max_bytes", 0)) // MIB
-    kept_verdict = judge_boundary(kept_found, limit, device_fidelity(kept.result), capped.name)
+    kept_verdict = judge_boundary(kept_found, limit, device_fidelity(kept.result), capped.name, search)
     lent_effect = eviction_effect(lent, stage.mib(0.25))
     facts = {"capped": kept_verdict.as_fact(), "borrowerEviction": lent_effect.as_fact()}
     if beat.get("ended_by") != "signal":
@@ -134,8 +134,9 @@ def test_agent_restart(suite: Suite) -> None:
             f"{claimant.name}, started after the restart, did not get its guarantee: {got.status}"
         )
     else:
-        found = int(got.step("alloc-until-oom").get("max_bytes", 0)) // MIB + within(claim)
-        verdict = judge_boundary(found, claim_limit, device_fidelity(got.result), claimant.name)
+        claimed = got.step("alloc-until-oom")
+        found = int(claimed.get("max_bytes", 0)) // MIB + within(claim)
+        verdict = judge_boundary(found, claim_limit, device_fidelity(got.result), claimant.name, claimed)
         facts["claimant"] = verdict.as_fact()
         if not verdict.ok:
             problems.append(

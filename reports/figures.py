@@ -6,9 +6,11 @@ below from it. Each has one preferred shape, a ``facts`` entry a check writes on
 otherwise derived from what the check recorded anyway (workload results, the probe's evidence):
 
 ``facts["boundary"]``
-    ``{"limitMiB": L, "foundMiB": F, "boundedBy": B?}``: the hard limit and where an allocation first
-    failed, and what bounded it (``the limit``, or ``the GPU's free memory`` where neighbours held the
-    rest: then the distance to the limit is no error, and no ``boundaryErrorMiB`` is derived).
+    ``{"limitMiB": L, "foundMiB": F, "boundedBy": B?, "toleranceMiB": T?}``: the hard limit and where
+    an allocation first failed, and what bounded it (``bounded_by``: ``the limit``; or ``the GPU's
+    free memory`` where neighbours held the rest, ``a neighbour's claim`` where memory pressure
+    refused it, ``the search's own ceiling``: then the distance to the limit is no error, and no
+    ``boundaryErrorMiB`` is derived), and how far below the limit still passes.
     Derived from a workload's ``alloc-until-oom`` step (``max_bytes``) with the Pod's limit at
     binding, or the probe's ``limit_bytes`` / ``max_allocated_bytes``.
 ``facts["borrowing"]``
@@ -131,6 +133,8 @@ def _steps(result: Mapping[str, Any], op: str) -> list[dict[str, Any]]:
 
 BOUNDED_BY_LIMIT: Final = "the limit"
 BOUNDED_BY_DEVICE: Final = "the GPU's free memory"
+BOUNDED_BY_NEIGHBOUR: Final = "a neighbour's claim (memory pressure)"
+BOUNDED_BY_CEILING: Final = "the search's own ceiling"
 
 
 @dataclass
@@ -140,7 +144,10 @@ class Boundary:
     found_mib: float
     bounded_by: str = BOUNDED_BY_LIMIT
     """What stopped the search: the limit (the fence), or what the GPU had left (a neighbour held
-    the rest), in which case the distance to the limit is no error."""
+    the rest), a neighbour's claim, the search's own ceiling, in which case the distance to the
+    limit is no error."""
+    tolerance_mib: float | None = None
+    """How far below the limit a search bounded by it may end and still pass (None: not recorded)."""
 
     @property
     def error_mib(self) -> float:
@@ -150,11 +157,26 @@ class Boundary:
     def by_limit(self) -> bool:
         return self.bounded_by == BOUNDED_BY_LIMIT
 
+    @property
+    def within_tolerance(self) -> bool | None:
+        """Whether a search the limit ended came close enough to it (``conformance.judgements``'
+        rule: at or below it, less than the tolerance below); None: not bounded by it, or no
+        tolerance recorded."""
+        if not self.by_limit or self.tolerance_mib is None:
+            return None
+        return self.found_mib <= self.limit_mib and self.limit_mib - self.found_mib < self.tolerance_mib
 
-def _bounded_by(step: Mapping[str, Any]) -> str:
-    """What ended an ``alloc-until-oom`` search, from what the device said."""
+
+def bounded_by(step: Mapping[str, Any]) -> str:
+    """What ended an ``alloc-until-oom`` search, from what the workload and the device said: an
+    out-of-memory error the device gives no other reason for is the limit's (a real GPU names none)."""
+    stopped = step.get("stopped_by")
+    if stopped == "pressure":
+        return BOUNDED_BY_NEIGHBOUR
+    if stopped == "limit":
+        return BOUNDED_BY_CEILING
     reason = str((step.get("oom") or {}).get("reason") or "")
-    if step.get("stopped_by") == "pressure" or reason in ("device-full", "guarantee-unsatisfiable"):
+    if reason in ("device-full", "guarantee-unsatisfiable"):
         return BOUNDED_BY_DEVICE
     return BOUNDED_BY_LIMIT
 
@@ -170,6 +192,7 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
                 given["limitMiB"],
                 given["foundMiB"],
                 str(given.get("boundedBy") or BOUNDED_BY_LIMIT),
+                tolerance if isinstance(tolerance := given.get("toleranceMiB"), int | float) else None,
             )
         )
     elif "limit_bytes" in f and "max_allocated_bytes" in f:
@@ -183,7 +206,7 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
                 _annotation(pod_info.get(name, {}), REQUEST_SUFFIX)
             )
             if limit is not None and step.get("max_bytes") is not None:
-                out.append(Boundary(name, limit, int(step["max_bytes"]) / MIB, _bounded_by(step)))
+                out.append(Boundary(name, limit, int(step["max_bytes"]) / MIB, bounded_by(step)))
     return out
 
 
