@@ -33,17 +33,25 @@ runtime: binaries
 conformance: setup
 	$(BIN)/gpuconf run --output-dir gpuconf-results
 
-# One command: set everything up and run the tests (unit, then integration on the sandbox).
+# One command: set everything up and run the tests (unit, then integration on the sandbox), each
+# half on TEST_WORKERS pytest-xdist workers. Most of the integration time is spent waiting (on Pods,
+# sandboxes, a process's start), so two workers nearly halve it on 2 cores; modules go whole to a
+# worker (--dist loadfile: they share their module's sandbox), the heaviest first
+# (tests/integration/conftest.py). TEST_WORKERS=0 runs serially.
 # pytest's exit code 5 (no tests collected) is a failure here, never a silent pass.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+	@$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS); u=$$?; \
+	$(BIN)/python -m pytest tests/integration $(XDIST) $(PYTEST_ARGS); i=$$?; \
+	if [ $$u -eq 5 ] || [ $$i -eq 5 ]; then echo "make test: pytest collected no tests: failing" >&2; exit 1; fi; \
+	if [ $$u -ne 0 ]; then exit $$u; fi; exit $$i
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS)
 
 integration: setup
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration $(XDIST) $(PYTEST_ARGS)
 
 # The same four checks as `tox -e lint` and CI: style, formatting, types (mypy, configured in
 # pyproject.toml), and the import layers (import-linter: the five parts import downward only).

@@ -206,6 +206,7 @@ def run_mutation(
     extra: Sequence[str] = (),
     quick: bool = False,
     fidelity: str = "ideal",
+    control_workers: int = 1,
     log: Callable[[str], None] = print,
 ) -> MutationReport:
     started = time.monotonic()
@@ -248,7 +249,12 @@ def run_mutation(
         # Before the control: these faults remember every Pod they ever saw.
         results += [scheduler_run(f) for f in first]
         log("mutation: control (every profile, no fault) ...")
-        (rc, record, output), took = _timed(lambda: judge(box.kubeconfig, out / "control", REFERENCE, *extra))
+        # The control runs alone on the sandbox, so it may spread over xdist workers (node leases keep
+        # its checks apart, as they keep the fault runs apart below).
+        workers = ("-n", str(control_workers)) if control_workers > 1 else ()
+        (rc, record, output), took = _timed(
+            lambda: judge(box.kubeconfig, out / "control", REFERENCE, *workers, *extra)
+        )
         outcomes = [r["outcome"] for r in record.get("results") or []]
         control = {
             "exitCode": rc,
@@ -350,6 +356,12 @@ def _pick(
 def cmd_mutate(args: argparse.Namespace) -> int:
     scheduler_faults = _pick(args.scheduler_faults, dict(SCHEDULER_FAULTS), "scheduler")
     agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent", canonical_fault)
+    if args.control_workers < 1:
+        print(
+            f"gpuconf: error: --control-workers must be 1 or more, not {args.control_workers}",
+            file=sys.stderr,
+        )
+        return 2
     args.report_dir.mkdir(parents=True, exist_ok=True)
     extra = [f"--timeout-scale={args.timeout_scale}"]
     fidelities = list(dict.fromkeys(args.fidelity or ["ideal"]))
@@ -366,6 +378,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
                 extra=extra,
                 quick=args.quick,
                 fidelity=fidelity,
+                control_workers=args.control_workers,
             )
         except SandboxError as exc:
             print(f"gpuconf: error: {exc}", file=sys.stderr)
@@ -431,6 +444,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--agent-faults", action="append", help="all (default), none, or a comma list")
     parser.add_argument(
         "--parallel", type=int, default=3, help="scheduler-fault runs at a time (%(default)s)"
+    )
+    parser.add_argument(
+        "--control-workers",
+        type=int,
+        default=1,
+        help="xdist workers for the control run (every profile, no fault); 1: serial (%(default)s)",
     )
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every timeout")
     parser.add_argument(

@@ -1,7 +1,8 @@
 """The mutation run: the whole suite passes the reference stack and catches every seeded fault.
 
 ``gpuconf mutate`` runs once for the module: the control (every profile against the unbroken
-reference scheduler and agent), then each seeded scheduler fault on the scheduler profile and
+reference scheduler and agent, on two xdist workers: the reference stack must pass in parallel too,
+and it halves the control's time), then each seeded scheduler fault on the scheduler profile and
 each seeded agent fault on the node profile. Every fault must be caught, and by the check a person
 would expect (``EXPECTED_SCHEDULER`` / ``EXPECTED_AGENT`` in ``conformance/mutate.py``).
 """
@@ -32,7 +33,15 @@ def test_every_seeded_fault_has_an_expected_check() -> None:
 @pytest.fixture(scope="module")
 def mutation(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, Path]:
     out = tmp_path_factory.mktemp("mutation")
-    argv = [sys.executable, "-m", "conformance.cli", "mutate", "--quick", f"--report-dir={out}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "conformance.cli",
+        "mutate",
+        "--quick",
+        "--control-workers=2",
+        f"--report-dir={out}",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
     report = out / "mutation.json"
@@ -48,6 +57,10 @@ def test_the_control_passes_every_profile(mutation: tuple[int, dict[str, Any], s
     assert {r["profile"] for r in record["results"]} == {"scheduler", "node", "stack"}
     assert set(outcomes.values()) == {"passed"}, {k: v for k, v in outcomes.items() if v != "passed"}
     assert len(outcomes) >= 40, "the whole suite: every check in every profile"
+    control = out / "control"
+    assert (control / "junit.xml").exists() and len(list((control / "checks").glob("*.json"))) == len(
+        outcomes
+    )
 
 
 @pytest.mark.parametrize(
