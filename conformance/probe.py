@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conformance.judgements import judge_boundary, within
+from enforcement.contract import SUFFIX_REQUEST, nvidia_key
 
 if TYPE_CHECKING:
     from enforcement.backends import Backend
@@ -588,7 +589,7 @@ def check_fail_closed(s: Session) -> tuple[str, dict[str, Any]]:
     from enforcement.hook import REASON_CONFIG_ERROR
 
     bad = dict(_placement(64, 64))
-    key = "nvidia.com/container.main.gpu-memory.request"
+    key = nvidia_key("main", SUFFIX_REQUEST)
     bad[key] = "0"
     _pod, adj = s.admit(bad, "malformed")
     events = [e.message for e in s.kube.events_for(REASON_REJECTED)]

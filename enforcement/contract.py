@@ -43,6 +43,8 @@ Helpers: ``fail_closed_containers(violations)``, ``pod_to_dict(v1_pod)``, ``pars
 ``resolve_device(device, node)`` (index/CDI/UUID -> one identity), ``node_gpu_uuids(node)``,
 ``node_gpu_count(node)``, ``node_gpu_memory_mib(node)``, ``nvidia_key(container, suffix)``; the key
 names and suffixes are module constants (``NVIDIA_PREFIX``, ``SUFFIX_REQUEST``, ``GPU_FRACTION``...).
+The per-container keys' prefix in use is ``annotation_prefix()``: ``NVIDIA_PREFIX`` unless
+``use_annotation_prefix`` moved it (a cluster whose config CR sets another prefix).
 Rule ids, severities and statements live in ``enforcement.rules.RULES``.
 """
 
@@ -132,9 +134,47 @@ _UUID: Final = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z-]*")
 _CDI: Final = re.compile(r"[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9._-]*=(?P<device>.+)")
 
 
+_prefix: str = NVIDIA_PREFIX
+_PREFIX_FORM: Final = re.compile(
+    r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?/([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?\.)?"
+)
+
+
+def annotation_prefix() -> str:
+    """The prefix of the per-container keys in use (``nvidia.com/container.`` unless a cluster's
+    config sets another: ``use_annotation_prefix``). The only place that knows it: every key the
+    suite writes (``nvidia_key``) and every key it reads goes through it."""
+    return _prefix
+
+
+def use_annotation_prefix(prefix: str) -> None:
+    """Write and read ``prefix`` instead of ``nvidia.com/container.`` from now on, in this process.
+
+    A node agent whose config moves the keys (the operator's ``annotationPrefix``) reads only the
+    keys under its prefix; a suite that kept writing the default would judge Pods the agent never
+    sees. ``prefix`` is a DNS subdomain and a ``/``, optionally followed by a name and a dot.
+    """
+    global _prefix
+    problem = annotation_prefix_problem(prefix)
+    if problem:
+        raise ValueError(problem)
+    _prefix = prefix
+
+
+def annotation_prefix_problem(prefix: str) -> str:
+    """Why ``prefix`` cannot prefix the per-container keys (empty: it can)."""
+    if _PREFIX_FORM.fullmatch(prefix) and len(prefix.partition("/")[0]) <= 253:
+        return ""
+    return (
+        f"annotation prefix {prefix!r}: must be '<dns-subdomain>/' or '<dns-subdomain>/<name>.' "
+        "(e.g. 'nvidia.com/container.')"
+    )
+
+
 def nvidia_key(container: str, suffix: str) -> str:
-    """``nvidia.com/container.<container><suffix>``; ``suffix`` is one of ``NVIDIA_SUFFIXES``."""
-    return f"{NVIDIA_PREFIX}{container}{suffix}"
+    """``<prefix><container><suffix>`` (``nvidia.com/container.`` by default: ``annotation_prefix``);
+    ``suffix`` is one of ``NVIDIA_SUFFIXES``."""
+    return f"{_prefix}{container}{suffix}"
 
 
 def kai_portion_limit_key(container: str) -> str:
@@ -397,8 +437,10 @@ class _Ident:
         self, container: str, key: str, rule_id: str, message: str, fix: str | None = None
     ) -> Violation:
         r = RULES[rule_id]
-        # the table's generic fix says <c>; here the container is known
+        # the table's generic fix says <c>; here the container is known (and the prefix in use)
         fix = fix or (r.fix.replace("<c>", container) if container else r.fix)
+        if _prefix != NVIDIA_PREFIX:
+            fix = fix.replace(NVIDIA_PREFIX, _prefix)
         return Violation(self.kind, self.namespace, self.name, container, key, r.id, r.severity, message, fix)
 
 
@@ -455,7 +497,7 @@ def _ident(pod: Mapping[str, Any]) -> _Ident:
 
 def _is_contract_key(key: str) -> bool:
     return (
-        key.startswith(NVIDIA_PREFIX)
+        key.startswith(_prefix)
         or key in AUTHOR_KEYS
         or (key.startswith(KAI_PREFIX) and key.endswith(SUFFIX_PORTION_LIMIT))
     )
@@ -478,7 +520,7 @@ def _split_nvidia_key(key: str) -> tuple[str, str | None]:
     Matching the known suffixes, rather than splitting on dots or dashes, keeps ``my-app-2`` and
     dotted suffixes unambiguous: container names are DNS labels and contain no dots.
     """
-    rest = key[len(NVIDIA_PREFIX) :]
+    rest = key[len(_prefix) :]
     for suffix in NVIDIA_SUFFIXES:
         if rest.endswith(suffix):
             return rest[: -len(suffix)], suffix
@@ -560,7 +602,7 @@ def _read_pod(pod: Mapping[str, Any]) -> _Pod:
     parsed = _Pod(ident, annotations, tuple(containers), bound, tuple(whole_gpu))
 
     for key, value, text in bad_types:
-        container = _split_nvidia_key(key)[0] if key.startswith(NVIDIA_PREFIX) else ""
+        container = _split_nvidia_key(key)[0] if key.startswith(_prefix) else ""
         fix = f'Quote it: {key}: "{text}"' if text else None
         parsed.report(
             container, key, "value-not-string", f"{value!r} is a {type(value).__name__}, not a string", fix
@@ -570,7 +612,7 @@ def _read_pod(pod: Mapping[str, Any]) -> _Pod:
 
 
 def _read_nvidia_keys(pod: _Pod) -> None:
-    for key in sorted(k for k in pod.annotations if k.startswith(NVIDIA_PREFIX)):
+    for key in sorted(k for k in pod.annotations if k.startswith(_prefix)):
         value = pod.annotations[key]
         container, suffix = _split_nvidia_key(key)
         if suffix is None:

@@ -16,6 +16,7 @@ from reports.figures import files, pods
 from reports.model import CheckResult, RunRecord
 
 PREFIX = "nvidia.com/container."
+"""The per-container keys' prefix unless the run record names another (``annotationPrefix``)."""
 
 
 @dataclass
@@ -46,6 +47,7 @@ def _load(record: RunRecord | None, result: CheckResult) -> dict[str, list[dict[
 def timelines(record: RunRecord | None, result: CheckResult) -> list[PodTimeline]:
     """One per Pod of the check; without timelines, the annotations at binding alone."""
     raw = _load(record, result)
+    prefix = str((record.under_test if record else {}).get("annotationPrefix") or PREFIX)
     out = []
     for pod, snaps in raw.items():
         bound = next((s for s in snaps if s.get("nodeName")), None)
@@ -54,7 +56,7 @@ def timelines(record: RunRecord | None, result: CheckResult) -> list[PodTimeline
         phases: list[tuple[float, str]] = []
         for s in snaps:
             for key, value in (s.get("annotations") or {}).items():
-                if key.startswith(PREFIX) and key not in first:
+                if key.startswith(prefix) and key not in first:
                     first[key] = (float(s["seen"]), str(value))
             phase = str(s.get("phase") or "")
             if phase and (not phases or phases[-1][1] != phase):

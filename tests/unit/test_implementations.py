@@ -284,7 +284,10 @@ def test_config_cr_decides() -> None:
     said = config_problem(gen3, not_ready)
     assert "is not Ready" in said and "MpsdCrashLoop" in said
     prefix = ConfigState(found="GpuFractioningConfig/default", ready=True, annotation_prefix="example.com/c.")
-    assert "annotation prefix 'example.com/c.'" in config_problem(gen3, prefix)
+    assert config_problem(gen3, prefix) == ""  # written and read instead of the default, not a stop
+    bad = ConfigState(found="GpuFractioningConfig/default", ready=True, annotation_prefix="Not A Prefix")
+    said = config_problem(gen3, bad)
+    assert "GpuFractioningConfig/default" in said and "annotation prefix 'Not A Prefix'" in said
     kai = builtins()["kai-scheduler"].scheduler
     assert kai is not None
     settled = Settled(
@@ -342,3 +345,52 @@ def test_options_with_an_implementation_travel_to_workers() -> None:
     json.dumps(wire)
     assert options_from_wire(wire) == options
     assert options_from_wire(wire).node_part().implementation == "operator-gen3"
+
+
+def test_a_config_prefix_is_what_the_suite_writes_and_reads() -> None:
+    from enforcement import contract
+    from fixtures.suite.frame import RunOptions, _nvidia
+    from fixtures.suite.implementation import ConfigState, Settled, apply
+
+    gen3 = _node("operator-gen3")
+    settled = Settled(
+        gen3,
+        builtins()["contract-scheduler"].scheduler,  # type: ignore[arg-type]
+        {"node": "declared", "scheduler": "default"},
+        "operator-gen3",
+        "",
+        Observed(),
+    )
+    options = RunOptions("x", ("node",), frozenset(), "r")
+    opened = apply(
+        options,
+        settled,
+        ConfigState(found="GpuFractioningConfig/default", ready=True, annotation_prefix="ex.io/c."),
+    )
+    assert opened.annotation_prefix == "ex.io/c." and "ex.io/c." in opened.extra["annotationPrefix"]
+    assert (
+        apply(options, settled, ConfigState(found="x", ready=True)).annotation_prefix
+        == contract.NVIDIA_PREFIX
+    )
+    try:
+        contract.use_annotation_prefix("ex.io/c.")
+        key = contract.nvidia_key("main", contract.SUFFIX_REQUEST)
+        assert key == "ex.io/c.main.gpu-memory.request"
+        pod = {
+            "metadata": {"name": "p", "namespace": "n", "annotations": {key: "1Gi"}},
+            "spec": {"containers": [{"name": "main"}]},
+        }
+        _fractions, violations = contract.read_placement(pod)
+        # Read under the new prefix: what is missing is named under it, and so is the fix.
+        missing = {v.key: v.fix for v in violations}
+        assert "ex.io/c.main.gpus.devices" in missing
+        assert all("nvidia.com/container." not in (fix or "") for fix in missing.values()), missing
+        # A key under the default prefix is no contract key any more: not read, not judged.
+        assert _nvidia({key: "1Gi", "nvidia.com/container.main.gpu-memory.request": "2Gi"}) == {key: "1Gi"}
+    finally:
+        contract.use_annotation_prefix(contract.NVIDIA_PREFIX)
+    for bad in ("nvidia.com", "Nvidia.com/c.", "nvidia.com/container", "/c."):
+        assert contract.annotation_prefix_problem(bad), bad
+        with pytest.raises(ValueError, match="annotation prefix"):
+            contract.use_annotation_prefix(bad)
+    assert contract.annotation_prefix() == contract.NVIDIA_PREFIX
