@@ -22,6 +22,7 @@ from fixtures.suite.waiting import WaitTimeout, wait_until
 FILL = 0.6
 TOP_UP = 0.3
 """0.6 + 0.3 of a GPU: within the usable memory of any scheduler holding back the documented 5 %."""
+RULE = "gpu-overcommit"
 OVER_BY = 0.005
 """How far past a GPU's memory the last Pod of memory-fit would take its guarantees: half a percent."""
 
@@ -70,13 +71,13 @@ def gpus_must_not_be_overcommitted(suite: Suite) -> None:
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
 def test_memory_fit(suite: Suite) -> None:
+    # The GPUs only fill up during the check, so a Pod that does not fit when it is made never
+    # fits later: both such Pods are judged after one window, and again at the check's end.
     _fill(suite, "fill")
     extra = suite.scheduled_pod("one-too-many", suite.request(share=FILL))
-    try:
-        suite.must_stay_unbound(extra)
-    finally:
-        gpus_must_not_be_overcommitted(suite)
-    suite.evidence.pod(extra, pending=suite.unschedulable(extra))
+    suite.must_not_be_placed(
+        extra, f"every GPU of the node already holds {FILL} of its memory, and it asks for {FILL} more", RULE
+    )
     # To the MiB: top every GPU up to 0.9 (several Pods, not one large share), then ask for just
     # over what is left: whichever GPU took it would hold half a percent more than its memory.
     memory = suite.node.memory_mib
@@ -89,19 +90,21 @@ def test_memory_fit(suite: Suite) -> None:
         suite.must_be_bound(name, f"0.6 + 0.3 of a {memory} MiB GPU fits within the contract's 5 % reserve")
     over_mib = memory - fill_mib - top_mib + math.ceil(memory * OVER_BY)
     last = suite.scheduled_pod("just-over", suite.request(request_mib=over_mib))
+    over_by = fill_mib + top_mib + over_mib - memory
+    suite.must_not_be_placed(
+        last,
+        f"on any GPU of the node it would take the guarantees {over_by} MiB past the GPU's {memory} MiB",
+        RULE,
+    )
     suite.evidence.fact(
         "toTheMiB",
-        {
-            "gpuMiB": memory,
-            "heldMiB": fill_mib + top_mib,
-            "askedMiB": over_mib,
-            "overByMiB": fill_mib + top_mib + over_mib - memory,
-        },
+        {"gpuMiB": memory, "heldMiB": fill_mib + top_mib, "askedMiB": over_mib, "overByMiB": over_by},
     )
     try:
-        suite.must_stay_unbound(last)
+        suite.must_stay_unbound()
     finally:
         gpus_must_not_be_overcommitted(suite)
+    suite.evidence.pod(extra, pending=suite.unschedulable(extra))
 
 
 @check(
@@ -161,7 +164,7 @@ def test_unschedulable_reason(suite: Suite) -> None:
     control = suite.scheduled_pod("control", suite.request(share=0.1))
     impossible = suite.scheduled_pod("impossible", suite.request(request_mib=too_big, form=form))
     suite.must_be_bound(control, "it asks for a tenth of an idle GPU")
-    suite.must_stay_unbound(impossible)
+    suite.must_stay_unbound(impossible, f"it asks for {too_big} MiB, twice a GPU's memory", RULE)
 
     def reason() -> tuple[str, str] | None:
         return suite.unschedulable(impossible)

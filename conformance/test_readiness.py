@@ -102,5 +102,7 @@ def test_node_readiness(suite: Suite) -> None:
     control = suite.scheduled_pod("control", suite.request(share=0.1))
     refused = suite.scheduled_pod("on-not-ready", suite.request(share=0.1, node=target), on=[target])
     suite.must_be_bound(control, "it asks for 0.1 of a GPU on a ready node")
-    suite.must_stay_unbound(refused)
+    suite.must_stay_unbound(
+        refused, f"node {target.name} does not have {CONDITION_FRACTIONING_READY}=True", "node-readiness"
+    )
     suite.evidence.pod(refused, pending=suite.unschedulable(refused))
