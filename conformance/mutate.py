@@ -73,6 +73,9 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "overcommit-slightly": ("memory-fit",),
     "leak-failed": ("release-on-completion",),
     "vague-unschedulable": ("unschedulable-reason",),
+    "mode-check-sm-only": ("mode-separation",),
+    "absent-mode-fits-any": ("mode-separation",),
+    "mode-check-first-device": ("mode-separation",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
 

@@ -329,6 +329,50 @@ def test_vague_unschedulable(cluster: Pods) -> None:
     assert "MiB" not in message and "memory" not in message
 
 
+SM = {nv("main", "gpu-compute.mode"): "sm-sharing"}
+TS = {nv("main", "gpu-compute.mode"): "time-slicing"}
+
+
+def test_mode_check_sm_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mode-check-sm-only")
+    pods.create("ts0", {"gpu-memory": "500", **TS})
+    ts0 = pods.bound("ts0")
+    pods.create("sm", {"gpu-memory": "2000", **SM})
+    sm = pods.bound("sm")
+    assert devices(sm) != devices(ts0)  # sm-sharing is still kept off a time-slicing GPU
+    pods.create("ts", {"gpu-memory": "1000", **TS})
+    ts = pods.bound("ts")
+    assert devices(ts) == devices(sm)  # but time-slicing joins the fuller sm-sharing GPU
+    assert gpu_rules(sandbox, [ts0, sm, ts]) == ["mode-mixing"]
+
+
+def test_absent_mode_fits_any(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "absent-mode-fits-any")
+    pods.create("sm", {"gpu-memory": "2000", **SM})
+    sm = pods.bound("sm")
+    pods.create("plain", {"gpu-memory": "1000"})  # no mode: time-slicing
+    plain = pods.bound("plain")
+    assert devices(plain) == devices(sm)
+    assert plain["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "time-slicing"
+    assert gpu_rules(sandbox, [sm, plain]) == ["mode-mixing"]
+    pods.create("ts", {"gpu-memory": "1000", **TS})  # time-slicing asked for: kept apart
+    assert devices(pods.bound("ts")) != devices(sm)
+
+
+def test_mode_check_first_device(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mode-check-first-device")
+    pods.create("sm", {"gpu-memory": "2000", "gpu-fraction-num-devices": "3", **SM})
+    sm = pods.bound("sm")
+    pods.create("pair", {"gpu-memory": "1000", "gpu-fraction-num-devices": "2", **TS})
+    pair = pods.bound("pair")  # a correct scheduler takes the other node's empty GPUs
+    assert pair["spec"]["nodeName"] == sm["spec"]["nodeName"]
+    first, second = devices(pair).split(",")
+    assert first not in devices(sm).split(",") and second in devices(sm).split(",")
+    assert gpu_rules(sandbox, [sm, pair]) == ["mode-mixing"]
+    pods.create("one", {"gpu-memory": "1000", **TS})  # one device: its mode is checked
+    assert devices(pods.bound("one")) not in devices(sm).split(",")
+
+
 def test_every_fault_is_shown_here() -> None:
     source = open(__file__).read()
     assert [name for name in FAULTS if f'"{name}"' not in source] == []

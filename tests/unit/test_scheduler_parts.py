@@ -118,6 +118,9 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "overcommit-slightly",
         "leak-failed",
         "vague-unschedulable",
+        "mode-check-sm-only",
+        "absent-mode-fits-any",
+        "mode-check-first-device",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 

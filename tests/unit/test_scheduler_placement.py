@@ -617,6 +617,41 @@ def test_fault_leak_failed_keeps_a_failed_pods_memory_but_not_a_succeeded_ones()
     assert cluster.ledger.gpus() == {}
 
 
+SM_SHARING = {nv("main", "gpu-compute.mode"): "sm-sharing"}
+TIME_SLICING = {nv("main", "gpu-compute.mode"): "time-slicing"}
+
+
+def test_fault_mode_check_sm_only_lets_time_slicing_join_sm_sharing_but_not_the_reverse() -> None:
+    sm_held = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "sm-sharing")])
+    joined = sm_held.place(pod({"gpu-memory": "1000", **TIME_SLICING}), faults=["mode-check-sm-only"])
+    assert gpus_of(joined) == ("GPU-gpu-a-0-0",)
+    assert [v.rule for v in audit_gpus(sm_held.bound, sm_held.node_objects.values())] == ["mode-mixing"]
+    ts_held = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "time-slicing")])
+    kept = ts_held.place(pod({"gpu-memory": "1000", **SM_SHARING}), faults=["mode-check-sm-only"])
+    assert gpus_of(kept) == ("GPU-gpu-a-0-1",)
+
+
+def test_fault_absent_mode_fits_any_only_for_a_pod_without_a_mode() -> None:
+    for asked, gpu in (({}, "GPU-gpu-a-0-0"), (TIME_SLICING, "GPU-gpu-a-0-1")):
+        cluster = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "sm-sharing")])
+        placed = cluster.place(pod({"gpu-memory": "1000", **asked}), faults=["absent-mode-fits-any"])
+        assert gpus_of(placed) == (gpu,)
+        assert placed["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "time-slicing"
+
+
+def test_fault_mode_check_first_device_checks_only_the_first_gpu_of_several() -> None:
+    two = {"gpu-memory": "1000", "gpu-fraction-num-devices": "2", **TIME_SLICING}
+    sm = [held("gpu-a-0", i, 1000, "sm-sharing", name=f"sm-{i}") for i in (1, 2)]
+    assert isinstance(Cluster(node("gpu-a-0", gpus=3), pods=sm).decide(pod(two)), Unschedulable)
+    cluster = Cluster(node("gpu-a-0", gpus=3), pods=sm)
+    placed = cluster.place(pod(two), faults=["mode-check-first-device"])
+    assert gpus_of(placed)[0] == "GPU-gpu-a-0-0" and gpus_of(placed)[1] != "GPU-gpu-a-0-0"
+    assert [v.rule for v in audit_gpus(cluster.bound, cluster.node_objects.values())] == ["mode-mixing"]
+    one = Cluster(node("gpu-a-0", gpus=3), pods=sm)
+    alone = one.place(pod({"gpu-memory": "1000", **TIME_SLICING}), faults=["mode-check-first-device"])
+    assert gpus_of(alone) == ("GPU-gpu-a-0-0",)
+
+
 def test_every_fault_has_a_unit_test() -> None:
     # here for the decision; in test_scheduler_loop.py for the faults that live in the loop
     here = Path(__file__).parent
