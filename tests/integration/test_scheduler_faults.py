@@ -10,6 +10,7 @@ ledger would keep every Pod the other tests delete, so its test starts a fresh o
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from scheduler_helpers import (
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.scheduler.faults import FAULTS
+from fixtures.sandbox.scheduler.loop import LATE_PLACEMENT_S
 from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
@@ -39,13 +41,31 @@ pytestmark = pytest.mark.sandbox
 RUN = unique("it-fault")
 OWN_SCHEDULER = ("leak-completed",)
 """Faults whose test starts its own scheduler rather than share the module's."""
+EXTRA_ARGS = {"place-on-retry": ("--retry-seconds", "0.5")}
+"""Settings a fault's scheduler runs with besides its fault (the sandbox's retry period, for the fault
+whose test times a retry)."""
+
+
+def selected_faults(session: pytest.Session) -> list[str]:
+    """The faults whose tests this run selected: each test is named after its fault (or carries it
+    in its parameters), so a run narrowed with ``-k`` starts only the schedulers it uses. Thirty
+    schedulers starting at once take over a minute on a small machine."""
+    names = [
+        item.name for item in session.items if item.module is not None and item.module.__name__ == __name__
+    ]
+    return [
+        f for f in FAULTS if f not in OWN_SCHEDULER and any(f in n or f.replace("-", "_") in n for n in names)
+    ]
 
 
 @pytest.fixture(scope="module")
 def schedulers(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, SchedulerProcess]]:
-    specs = {f"{RUN}-{fault}": ("--fault", fault) for fault in FAULTS if fault not in OWN_SCHEDULER}
+    specs = {
+        f"{RUN}-{fault}": ("--fault", fault, *EXTRA_ARGS.get(fault, ()))
+        for fault in selected_faults(request.session)
+    }
     with running_schedulers(sandbox, tmp_path_factory.mktemp("faults"), specs) as procs:
         yield {name.removeprefix(f"{RUN}-"): proc for name, proc in procs.items()}
 
@@ -371,6 +391,45 @@ def test_mode_check_first_device(cluster: Pods, sandbox: Sandbox) -> None:
     assert gpu_rules(sandbox, [sm, pair]) == ["mode-mixing"]
     pods.create("one", {"gpu-memory": "1000", **TS})  # one device: its mode is checked
     assert devices(pods.bound("one")) not in devices(sm).split(",")
+
+
+def test_charge_first_device_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "charge-first-device-only")
+    pods.create("four", {"gpu-memory": "140000", "gpu-fraction-num-devices": "4"})
+    four = pods.bound("four")
+    pods.create("p", {"gpu-memory": "10000"})  # fits only on the other node's empty GPUs
+    p = pods.bound("p")
+    assert p["spec"]["nodeName"] == four["spec"]["nodeName"]
+    assert devices(p) in devices(four).split(",")[1:]  # one of the GPUs charged nothing
+    assert gpu_rules(sandbox, [four, p]) == ["gpu-overcommit"]
+
+
+def test_ignore_foreign_pods(cluster: Pods, sandbox: Sandbox, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "ignore-foreign-pods")
+    first = gpu["gpu-a-0"][0]
+    # bound directly, as another scheduler would have left it: 143000 of the GPU's 143771 MiB
+    placed = {nv("main", "gpu-memory.request"): "143000Mi", nv("main", "gpus.devices"): first}
+    pods.create("other", placed, scheduler="default-scheduler", spec={"nodeName": "gpu-a-0"})
+    other = pods.read("other")
+    pods.create("p", {"gpu-memory": "1000"})
+    p = pods.bound("p")
+    assert (p["spec"]["nodeName"], devices(p)) == ("gpu-a-0", first)
+    assert gpu_rules(sandbox, [other, p]) == ["gpu-overcommit"]
+
+
+def test_place_on_retry(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "place-on-retry")
+    for n in ("fill-0", "fill-1"):  # 100000 MiB on each of the eight GPUs
+        pods.create(n, {"gpu-memory": "100000", "gpu-fraction-num-devices": "4"})
+        pods.bound(n)
+    created = time.monotonic()
+    pods.create("late", {"gpu-memory": "100000"})
+    pods.unschedulable("late", "no GPU with 100000 MiB free")  # refused at first, as it should be
+    late = pods.bound("late")
+    waited = time.monotonic() - created
+    assert waited >= LATE_PLACEMENT_S  # after the suite's old fixed 3 s window had ended
+    fills = [pods.read(n) for n in ("fill-0", "fill-1")]
+    assert gpu_rules(sandbox, [*fills, late]) == ["gpu-overcommit"]
 
 
 def test_every_fault_is_shown_here() -> None:

@@ -348,6 +348,25 @@ def test_vague_unschedulable_says_why_without_naming_memory() -> None:
     assert core.status == ["no GPU can take this Pod right now"] and core.events == ["FailedScheduling"]
 
 
+def test_fault_place_on_retry_refuses_at_first_and_overcommits_at_a_retry_3_s_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: clock[0])
+    core = FakeCore()
+    scheduler = worker(core, pending("big", "2000"), faults=frozenset({"place-on-retry"}))
+    run_once(scheduler)
+    assert scheduler.reasons["uid-big"].code == "insufficient-memory" and core.binds == []
+    clock[0] += loop.LATE_PLACEMENT_S - 0.1  # a retry before the 3 s: still refused
+    scheduler._retry({"uid-big"})
+    run_once(scheduler)
+    assert core.binds == []
+    clock[0] += 0.2  # the first retry after it: placed anyway, on a GPU it does not fit
+    scheduler._retry({"uid-big"})
+    run_once(scheduler)
+    assert core.binds == [("big", "n0")]
+
+
 def test_a_pod_given_a_toleration_is_tried_again() -> None:
     tainted = {**NODE, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
     core = FakeCore()

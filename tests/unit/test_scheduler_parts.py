@@ -121,6 +121,9 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "mode-check-sm-only",
         "absent-mode-fits-any",
         "mode-check-first-device",
+        "charge-first-device-only",
+        "ignore-foreign-pods",
+        "place-on-retry",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 

@@ -652,6 +652,42 @@ def test_fault_mode_check_first_device_checks_only_the_first_gpu_of_several() ->
     assert gpus_of(alone) == ("GPU-gpu-a-0-0",)
 
 
+def test_fault_charge_first_device_only_leaves_a_multi_device_pods_other_gpus_free() -> None:
+    pair = pod({"gpu-memory": str(MIB - 1000), "gpu-fraction-num-devices": "2"}, name="pair")
+    for leak in (False, True):
+        cluster = Cluster(node("gpu-a-0", gpus=2))
+        cluster.ledger = Ledger(
+            first_device_only=leak
+        )  # how the loop builds it for "charge-first-device-only"
+        assert gpus_of(cluster.place(pair)) == ("GPU-gpu-a-0-0", "GPU-gpu-a-0-1")
+        small = pod({"gpu-memory": "2000"}, name="small")
+        result = cluster.decide(small)
+        if not leak:
+            assert isinstance(result, Unschedulable)
+            continue
+        assert isinstance(result, Decision)
+        assert gpus_of(cluster.bind(small, result)) == ("GPU-gpu-a-0-1",)
+        assert [v.rule for v in audit_gpus(cluster.bound, cluster.node_objects.values())] == [
+            "gpu-overcommit"
+        ]
+
+
+def test_fault_ignore_foreign_pods_counts_only_its_own() -> None:
+    foreign = held("gpu-a-0", 0, MIB, name="foreign")  # bound by someone else (scheduler "default-scheduler")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    for only, fits in ((None, False), ("s", True)):
+        cluster = Cluster(node("gpu-a-0", gpus=1))
+        cluster.ledger = Ledger(only_scheduler=only)  # the loop passes its own name for "ignore-foreign-pods"
+        cluster.ledger.observe(foreign, cluster.node_objects["gpu-a-0"])
+        assert isinstance(cluster.decide(pod({"gpu-memory": "1000"})), Decision) is fits
+    own = Cluster(node("gpu-a-0", gpus=1))
+    own.ledger = Ledger(only_scheduler="s")
+    own.ledger.observe(
+        {**foreign, "spec": {**foreign["spec"], "schedulerName": "s"}}, own.node_objects["gpu-a-0"]
+    )
+    assert isinstance(own.decide(pod({"gpu-memory": "1000"})), Unschedulable)  # its own Pods still count
+
+
 def test_every_fault_has_a_unit_test() -> None:
     # here for the decision; in test_scheduler_loop.py for the faults that live in the loop
     here = Path(__file__).parent
