@@ -80,6 +80,7 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "charge-first-device-only": ("memory-fit",),
     "ignore-foreign-pods": ("memory-fit",),
     "place-on-retry": ("memory-fit",),
+    "trust-fitting-pod-devices": ("devices-scheduler-owned",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
 

@@ -50,9 +50,8 @@ def selected_faults(session: pytest.Session) -> list[str]:
     """The faults whose tests this run selected: each test is named after its fault (or carries it
     in its parameters), so a run narrowed with ``-k`` starts only the schedulers it uses. Thirty
     schedulers starting at once take over a minute on a small machine."""
-    names = [
-        item.name for item in session.items if item.module is not None and item.module.__name__ == __name__
-    ]
+    here = Path(__file__).name
+    names = [item.name for item in session.items if item.nodeid.split("::")[0].endswith(here)]
     return [
         f for f in FAULTS if f not in OWN_SCHEDULER and any(f in n or f.replace("-", "_") in n for n in names)
     ]
@@ -182,6 +181,22 @@ def test_trust_pod_devices(cluster: Pods, gpu: dict[str, list[str]]) -> None:
     pod = pods.bound("p")
     assert (pod["spec"]["nodeName"], devices(pod)) == ("gpu-a-1", own)
     assert pods.events("p", "UntrustedDevices") == []
+
+
+def test_trust_fitting_pod_devices(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "trust-fitting-pod-devices")
+    pods.create("sm", {"gpu-memory": "1000", **SM})
+    sm = pods.bound("sm")
+    pods.create("big", {"gpu-memory": "143000"})
+    big = pods.bound("big")
+    pods.create("q", {"gpu-memory": "1000", nv("main", "gpus.devices"): devices(big)})  # no room there
+    assert devices(pods.bound("q")) != devices(big)  # not kept, and said so
+    assert pods.event("q", "UntrustedDevices")
+    pods.create("p", {"gpu-memory": "1000", nv("main", "gpus.devices"): devices(sm)})  # room, the other mode
+    p = pods.bound("p")
+    assert (p["spec"]["nodeName"], devices(p)) == (sm["spec"]["nodeName"], devices(sm))
+    assert pods.events("p", "UntrustedDevices") == []
+    assert gpu_rules(sandbox, [sm, p]) == ["mode-mixing"]
 
 
 def test_ignore_node_ready(cluster: Pods, sandbox: Sandbox) -> None:

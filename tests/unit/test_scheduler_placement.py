@@ -508,6 +508,18 @@ def test_fault_trust_pod_devices_keeps_them_and_goes_where_they_are() -> None:
     assert result.annotations[nv("main", "gpus.devices")] == "GPU-gpu-a-1-3"
 
 
+def test_fault_trust_fitting_pod_devices_keeps_them_only_where_the_request_fits() -> None:
+    cluster = two_nodes(pods=[held("gpu-a-1", 3, MIB), held("gpu-a-1", 2, 1000, "sm-sharing")])
+    for own, kept in (("GPU-gpu-a-1-3", False), ("GPU-gpu-a-1-2", True)):  # full; room (the other mode)
+        result = cluster.decide(
+            pod({"gpu-memory": "1000", nv("main", "gpus.devices"): own}), faults=["trust-fitting-pod-devices"]
+        )
+        assert isinstance(result, Decision)
+        assert (result.devices == (own,)) is kept
+        assert (result.annotations[nv("main", "gpus.devices")] == own) is kept
+        assert dict(result.overwritten) == ({} if kept else {"main": own})
+
+
 def test_fault_ignore_node_ready_prefers_a_node_that_is_not_ready() -> None:
     cluster = Cluster(node("gpu-a-0"), node("gpu-a-1", fractioning=False))
     result = cluster.decide(pod({"gpu-fraction": "0.5"}), faults=["ignore-node-ready"])
