@@ -79,6 +79,7 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "mode-check-first-device": ("mode-separation",),
     "charge-first-device-only": ("memory-fit",),
     "ignore-foreign-pods": ("memory-fit",),
+    "own-namespace-only": ("memory-fit",),
     "place-on-retry": ("memory-fit",),
     "trust-fitting-pod-devices": ("devices-scheduler-owned",),
 }

@@ -432,6 +432,24 @@ def test_ignore_foreign_pods(cluster: Pods, sandbox: Sandbox, gpu: dict[str, lis
     assert gpu_rules(sandbox, [other, p]) == ["gpu-overcommit"]
 
 
+def test_own_namespace_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "own-namespace-only")
+    core = sandbox.core_v1()
+    elsewhere = f"{pods.namespace}-o"
+    core.create_namespace({"metadata": {"name": elsewhere}})
+    others = Pods(core, elsewhere, pods.scheduler)
+    try:
+        others.create("other", {"gpu-memory": "143000"})  # another namespace: 143000 of 143771 MiB
+        other = others.bound("other")
+        pods.create("p", {"gpu-memory": "1000"})
+        p = pods.bound("p")
+        assert (p["spec"]["nodeName"], devices(p)) == (other["spec"]["nodeName"], devices(other))
+        assert gpu_rules(sandbox, [other, p]) == ["gpu-overcommit"]
+    finally:
+        others.delete_all()
+        core.delete_namespace(elsewhere)
+
+
 def test_place_on_retry(cluster: Pods, sandbox: Sandbox) -> None:
     pods = under(cluster, "place-on-retry")
     for n in ("fill-0", "fill-1"):  # 100000 MiB on each of the eight GPUs

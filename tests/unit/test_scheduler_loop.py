@@ -367,6 +367,23 @@ def test_fault_place_on_retry_refuses_at_first_and_overcommits_at_a_retry_3_s_la
     assert core.binds == [("big", "n0")]
 
 
+@pytest.mark.parametrize("blind", [False, True])
+def test_fault_own_namespace_only_does_not_count_another_namespaces_pods(blind: bool) -> None:
+    other = pending("other", "900")
+    other["metadata"]["namespace"] = "elsewhere"
+    other["spec"]["nodeName"] = "n0"
+    other["metadata"]["annotations"] = {
+        "nvidia.com/container.main.gpu-memory.request": "900Mi",
+        "nvidia.com/container.main.gpus.devices": "GPU-0",
+    }
+    core = FakeCore()
+    scheduler = worker(
+        core, other, pending("p", "600"), faults=frozenset({"own-namespace-only"} if blind else ())
+    )
+    run_once(scheduler)
+    assert core.binds == ([("p", "n0")] if blind else [])  # 900 + 600 MiB on a 1000 MiB GPU
+
+
 def test_a_pod_given_a_toleration_is_tried_again() -> None:
     tainted = {**NODE, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
     core = FakeCore()
