@@ -6,7 +6,8 @@ profile and (for per-form checks) request form, each either run or skipped with 
 real run would give. For each item it says what it would create, all of it labelled with the run
 and deleted at its end:
 
-- one namespace (``gc-<run>-<check>-<4 hex>``) holding every Pod it makes;
+- one namespace (``gc-<run>-<check>-<4 hex>``) holding every Pod it makes, and a second one
+  (the same name with ``-o``) for a check that makes a Pod of another party's namespace;
 - its Pods: counted from the check's code (calls that make a Pod, in the check's body and the
   helpers of its module it calls); "or more" where one is made in a loop or the scenario adds
   fillers for the other GPUs of the node, since then the count depends on the node;
@@ -36,11 +37,13 @@ from typing import Any, Final
 from fixtures.suite.checks import FEATURES, SUITE_PROFILES, Check, needed_features
 from fixtures.suite.session import AGENT_RESTART
 
-POD_MAKERS: Final = frozenset({"scheduled_pod", "placed_pod", "submit"})
+POD_MAKERS: Final = frozenset({"scheduled_pod", "placed_pod", "submit", "foreign_pod"})
 """``Suite`` methods that create a Pod."""
 STAGE_POD_MAKERS: Final = frozenset({"pod", "place"})
 """``Stage`` methods that create a Pod (called on a name containing ``stage``)."""
 NODE_MAKERS: Final = frozenset({"create_node"})
+NAMESPACE_MAKERS: Final = frozenset({"foreign_pod", "other_namespace"})
+"""``Suite`` methods that make the check's second namespace (``Suite.other_namespace``)."""
 AGENT_RESTARTERS: Final = frozenset({"restart_agent"})
 LEASES_NAMESPACE: Final = "gpuconf-leases"
 
@@ -54,6 +57,8 @@ class Footprint:
     """Some Pod is made in a loop, or the scenario fills the node's other GPUs: the count depends on it."""
     nodes: bool
     restarts_agent: bool
+    namespaces: int = 1
+    """Its own namespace, and a second one where it makes a Pod of another namespace."""
 
     def pods_text(self) -> str:
         return f"{self.pods} or more" if self.more_pods else str(self.pods)
@@ -76,11 +81,11 @@ def footprint(declared: Check) -> Footprint:
     start = functions.get(getattr(body, "__name__", ""))
     if start is None:
         return Footprint(0, True, False, False)
-    pods, more, nodes, restarts = 0, False, False, False
+    pods, more, nodes, restarts, second = 0, False, False, False, False
     seen: set[str] = set()
 
     def visit(node: ast.AST, in_loop: bool) -> None:
-        nonlocal pods, more, nodes, restarts
+        nonlocal pods, more, nodes, restarts, second
         looping = in_loop or isinstance(
             node, ast.For | ast.While | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
         )
@@ -96,6 +101,7 @@ def footprint(declared: Check) -> Footprint:
             receiver = (
                 func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
             )
+            second = second or name in NAMESPACE_MAKERS
             if name in POD_MAKERS or (name in STAGE_POD_MAKERS and "stage" in receiver.lower()):
                 pods += 1
                 more = more or looping
@@ -115,7 +121,7 @@ def footprint(declared: Check) -> Footprint:
     seen.add(start.name)
     for statement in start.body:
         visit(statement, False)
-    return Footprint(pods, more, nodes, restarts)
+    return Footprint(pods, more, nodes, restarts, 2 if second else 1)
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,7 @@ class Item:
             out["skip"] = self.skip
             return out
         mark = footprint(self.check)
-        creates: dict[str, Any] = {"namespaces": 1, "pods": mark.pods_text()}
+        creates: dict[str, Any] = {"namespaces": mark.namespaces, "pods": mark.pods_text()}
         if not needs.cluster:
             creates["nodeLeases"] = needs.nodes
             out["needs"] = {"nodes": needs.nodes, "gpusPerNode": needs.gpus, "idle": needs.idle}
@@ -269,7 +275,7 @@ def plan(
             "items": len(rows),
             "run": sum(1 for r in rows if r["runs"]),
             "skipped": sum(1 for r in rows if not r["runs"]),
-            "namespaces": sum(1 for r in rows if r["runs"]),
+            "namespaces": sum(r["creates"]["namespaces"] for r in rows if r["runs"]),
         },
         "runCreates": run_creates,
         "changesOutsideItsNamespaces": outside or ["nothing"],
@@ -300,7 +306,8 @@ def render(data: Mapping[str, Any], say: Callable[[str], None] = print) -> None:
             say(f"  SKIP {row['key']}: {row['skip']}")
             continue
         creates = row["creates"]
-        parts = [f"1 namespace, {creates['pods']} Pod(s)"]
+        spaces = creates["namespaces"]
+        parts = [f"{spaces} namespace{'s' if spaces != 1 else ''}, {creates['pods']} Pod(s)"]
         if "nodeLeases" in creates:
             parts.append(f"{creates['nodeLeases']} node Lease(s)")
         if "nodes" in creates:

@@ -48,6 +48,7 @@ from enforcement.agent.options import canonical_fault
 from fixtures.sandbox.config import Ports, SandboxConfig
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.errors import SandboxError
+from fixtures.sandbox.scheduler.component import SANDBOX_RETRY_S
 from fixtures.sandbox.scheduler.faults import FAULTS as SCHEDULER_FAULTS
 
 SCORE_PATH: Final = Path(__file__).resolve().parent / "mutation-score.json"
@@ -74,6 +75,14 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "overcommit-slightly": ("memory-fit",),
     "leak-failed": ("release-on-completion",),
     "vague-unschedulable": ("unschedulable-reason",),
+    "mode-check-sm-only": ("mode-separation",),
+    "absent-mode-fits-any": ("mode-separation",),
+    "mode-check-first-device": ("mode-separation",),
+    "charge-first-device-only": ("memory-fit",),
+    "ignore-foreign-pods": ("memory-fit",),
+    "own-namespace-only": ("memory-fit",),
+    "place-on-retry": ("memory-fit",),
+    "trust-fitting-pod-devices": ("devices-scheduler-owned",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
 
@@ -219,7 +228,11 @@ def run_mutation(
         fidelity=fidelity,
     )
     # The runs judge the sandbox as a cluster (--kubeconfig): tell them its agent's reaction period.
-    extra = [*extra, f"--reaction-period={reaction_period(fidelity):g}"]
+    extra = [
+        *extra,
+        f"--reaction-period={reaction_period(fidelity):g}",
+        f"--retry-period={SANDBOX_RETRY_S:g}",
+    ]
     box = Sandbox(config)
     box.down()
     log(f"mutation: sandbox ({fidelity} fidelity) with {len(schedulers)} scheduler(s) ...")

@@ -138,6 +138,13 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         period = sandbox_reaction_period(args)
     if period is not None:
         out.append(f"--reaction-period={period:g}")
+    retry = getattr(args, "retry_period", None)
+    if retry is None and target == "gpuconf-sandbox":
+        from fixtures.sandbox.scheduler.component import SANDBOX_RETRY_S
+
+        retry = SANDBOX_RETRY_S
+    if retry is not None:
+        out.append(f"--retry-period={retry:g}")
     if args.skip_preflight:
         out.append("--skip-preflight")
     if args.workers > 1:
@@ -345,6 +352,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="S",
         help="the node agent's declared reaction period (hold windows and waits are multiples of it; "
         "default: the sandbox's reference agent's for its fidelity, else 2 s)",
+    )
+    how.add_argument(
+        "--retry-period",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how often the scheduler under test retries an unplaced Pod, at the longest (the unbound "
+        "window is made from it; default: the sandbox's, else the scheduler implementation's, else 5 s)",
     )
     how.add_argument(
         "-n", "--workers", type=int, default=1, help="checks in parallel (pytest-xdist; bounded by nodes)"

@@ -2,9 +2,12 @@
 
 The sizes are shares of the leased node's GPU memory (label ``nvidia.com/gpu.memory``): 0.6 of a GPU
 fits once per GPU and never twice, whatever reserve a scheduler holds back (up to 40 %), so "one
-per GPU" is the only correct packing and any second one on a GPU is an overcommit. Memory fit is
-then judged to the MiB: 0.3 more on each GPU (0.9 fits within the contract's 5 % reserve), and a
-last Pod that would take any GPU's guarantees half a percent past its memory must stay unplaced.
+per GPU" is the only correct packing and any second one on a GPU is an overcommit. memory-fit puts
+that 0.6 on every GPU with one multi-device Pod (its request counts on each GPU). Memory fit is
+then judged to the MiB: 0.3 more on each GPU (0.9 fits within the contract's 5 % reserve), one of
+them a Pod of another namespace bound directly, as another scheduler would have (it counts too),
+and a last Pod that would take any GPU's guarantees half a percent past its memory must stay
+unplaced.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from kubernetes.client.rest import ApiException
 
-from enforcement.contract import audit_gpus
+from enforcement.contract import SUFFIX_DEVICES, audit_gpus, nvidia_key
+from fixtures.suite.admission import REFUSED_STATUSES
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import RequestForm
@@ -22,6 +27,7 @@ from fixtures.suite.waiting import WaitTimeout, wait_until
 FILL = 0.6
 TOP_UP = 0.3
 """0.6 + 0.3 of a GPU: within the usable memory of any scheduler holding back the documented 5 %."""
+RULE = "gpu-overcommit"
 OVER_BY = 0.005
 """How far past a GPU's memory the last Pod of memory-fit would take its guarantees: half a percent."""
 
@@ -63,45 +69,99 @@ def gpus_must_not_be_overcommitted(suite: Suite) -> None:
 @check(
     id="memory-fit",
     level="MUST",
-    statement="On every GPU the sum of the guaranteed requests MUST stay within the GPU's memory: a Pod that "
-    "does not fit on any GPU of its node MUST NOT be placed there.",
+    statement="On every GPU the sum of the guaranteed requests MUST stay within the GPU's memory, counting "
+    "a multi-device Pod's request on each of its GPUs and the Pods of every namespace and every "
+    "scheduler: a Pod that does not fit on any GPU of its node MUST NOT be placed there.",
     profiles=("scheduler",),
     seed="003/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
 )
 def test_memory_fit(suite: Suite) -> None:
-    _fill(suite, "fill")
+    # The GPUs only fill up during the check, so a Pod that does not fit when it is made never
+    # fits later: both such Pods are judged after one window, and again at the check's end.
+    count, memory = suite.node.gpu_count, suite.node.memory_mib
+    if suite.options.claims("multi-device") and count > 1:
+        # One Pod across every GPU: its request is charged to each, so nothing of 0.6 fits after it.
+        fill = suite.scheduled_pod("fill", suite.request(share=FILL, num_devices=count))
+        snap = suite.must_be_bound(fill, f"it asks for {FILL} of each of {count} idle GPUs")
+        written = snap.annotations.get(nvidia_key("main", SUFFIX_DEVICES), "").split(",")
+        held_by = f"{fill}'s request, on each of its {count} GPUs"
+    else:
+        fills = _fill(suite, "fill")
+        suite.not_judged(
+            "a multi-device Pod's request charged to each of its GPUs",
+            "the node has one GPU" if count < 2 else "the implementation does not claim multi-device",
+        )
+        written = [_devices_at_bind(suite, n) for n in fills]
+        held_by = f"{', '.join(fills)}, one per GPU"
     extra = suite.scheduled_pod("one-too-many", suite.request(share=FILL))
+    suite.must_not_be_placed(
+        extra,
+        f"every GPU of the node already holds {FILL} of its memory ({held_by}), and it asks for {FILL} more",
+        RULE,
+    )
+    # To the MiB: top every GPU up to 0.9 (several Pods, not one large share), one of them with a Pod
+    # of another namespace bound by another party, then ask for just over what is left: whichever
+    # GPU took it would hold half a percent more than its memory.
+    fill_mib, top_mib = math.floor(memory * FILL), math.floor(memory * TOP_UP)
+    foreign = _foreign_top(suite, top_mib, written[0])
+    tops = [
+        suite.scheduled_pod(f"top-{i}", suite.request(request_mib=top_mib))
+        for i in range(count - len(foreign))
+    ]
+    for name in tops:
+        suite.must_be_bound(
+            name,
+            f"0.6 + 0.3 of a {memory} MiB GPU fits within the contract's 5 % reserve"
+            + (f", and {count - len(foreign)} GPU(s) have not had their 0.3 yet" if foreign else ""),
+        )
+    over_mib = memory - fill_mib - top_mib + math.ceil(memory * OVER_BY)
+    last = suite.scheduled_pod("just-over", suite.request(request_mib=over_mib))
+    over_by = fill_mib + top_mib + over_mib - memory
+    suite.must_not_be_placed(
+        last,
+        f"on any GPU of the node it would take the guarantees {over_by} MiB past the GPU's {memory} MiB"
+        + (f" (GPU {written[0]}'s 0.3 is {foreign[0]}'s, another party's)" if foreign else ""),
+        RULE,
+    )
+    suite.evidence.fact(
+        "toTheMiB",
+        {"gpuMiB": memory, "heldMiB": fill_mib + top_mib, "askedMiB": over_mib, "overByMiB": over_by},
+    )
     try:
-        suite.must_stay_unbound(extra)
+        suite.must_stay_unbound()
     finally:
         gpus_must_not_be_overcommitted(suite)
     suite.evidence.pod(extra, pending=suite.unschedulable(extra))
-    # To the MiB: top every GPU up to 0.9 (several Pods, not one large share), then ask for just
-    # over what is left: whichever GPU took it would hold half a percent more than its memory.
-    memory = suite.node.memory_mib
-    fill_mib, top_mib = math.floor(memory * FILL), math.floor(memory * TOP_UP)
-    tops = [
-        suite.scheduled_pod(f"top-{i}", suite.request(request_mib=top_mib))
-        for i in range(suite.node.gpu_count)
-    ]
-    for name in tops:
-        suite.must_be_bound(name, f"0.6 + 0.3 of a {memory} MiB GPU fits within the contract's 5 % reserve")
-    over_mib = memory - fill_mib - top_mib + math.ceil(memory * OVER_BY)
-    last = suite.scheduled_pod("just-over", suite.request(request_mib=over_mib))
-    suite.evidence.fact(
-        "toTheMiB",
-        {
-            "gpuMiB": memory,
-            "heldMiB": fill_mib + top_mib,
-            "askedMiB": over_mib,
-            "overByMiB": fill_mib + top_mib + over_mib - memory,
-        },
-    )
+
+
+def _devices_at_bind(suite: Suite, name: str) -> str:
+    """The gpus.devices value ``name`` carried when it was bound, as the scheduler wrote it."""
+    snap = suite.watch.first_bound(name)
+    if snap is None:
+        raise RuntimeError(f"{name} was judged bound but the watch never saw it bound")
+    return snap.annotations.get(nvidia_key("main", SUFFIX_DEVICES), "")
+
+
+def _foreign_top(suite: Suite, top_mib: int, device: str) -> list[str]:
+    """0.3 of ``device`` held by a Pod of another namespace, bound there directly (as another
+    scheduler would have): the scheduler under test must count it. Where admission refuses a
+    Pod whose placement the suite writes, that part is not judged (and the list is empty)."""
     try:
-        suite.must_stay_unbound(last)
-    finally:
-        gpus_must_not_be_overcommitted(suite)
+        name = suite.foreign_pod("foreign-top", top_mib, [device])
+    except ApiException as exc:
+        if exc.status not in REFUSED_STATUSES:
+            raise
+        suite.not_judged(
+            "Pods of other namespaces and schedulers counted",
+            f"admission refused a Pod bound directly with the suite's placement: {exc.status} {exc.reason}",
+        )
+        return []
+    suite.evidence.fact(
+        "foreignPod",
+        {"pod": name, "namespace": suite.other_namespace(), "gpu": device, "requestMiB": top_mib},
+    )
+    return [name]
 
 
 @check(
@@ -160,8 +220,10 @@ def test_unschedulable_reason(suite: Suite) -> None:
     too_big = suite.node.memory_mib * 2
     control = suite.scheduled_pod("control", suite.request(share=0.1))
     impossible = suite.scheduled_pod("impossible", suite.request(request_mib=too_big, form=form))
+    # That it is never placed is judged at the check's end (memory-fit judges placement with its
+    # window); here only its explanation is waited for.
+    suite.must_not_be_placed(impossible, f"it asks for {too_big} MiB, twice a GPU's memory", RULE)
     suite.must_be_bound(control, "it asks for a tenth of an idle GPU")
-    suite.must_stay_unbound(impossible)
 
     def reason() -> tuple[str, str] | None:
         return suite.unschedulable(impossible)

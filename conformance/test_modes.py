@@ -1,8 +1,11 @@
 """Compute modes: time-slicing and sm-sharing never share a GPU; a node may run both on different GPUs.
 
-The mode is tracked per GPU, not per node. The MUST check leaves exactly one GPU with room (the one
-holding a time-slicing Pod) and then asks for sm-sharing: the only way to place it is to mix, so a
-correct scheduler leaves it Pending and a mixing one is caught whatever its packing policy.
+The mode is tracked per GPU, not per node. The MUST check stages GPUs so that each Pod it then
+asks for can only be placed by mixing: sm-sharing where only a time-slicing GPU has room,
+time-slicing (asked for, and by default: a Pod with no mode) where only sm-sharing GPUs have room,
+and a Pod of two time-slicing GPUs where only one GPU is not sm-sharing (the separation holds on
+every device). A correct scheduler leaves them all Pending, and a mixing one is caught whatever
+its packing policy.
 """
 
 from __future__ import annotations
@@ -28,33 +31,90 @@ def modes_must_not_mix(suite: Suite) -> None:
 @check(
     id="mode-separation",
     level="MUST",
-    statement="Time-slicing and sm-sharing workloads MUST NOT be placed on the same GPU.",
+    statement="Time-slicing and sm-sharing workloads MUST NOT be placed on the same GPU, either way "
+    "round, on every GPU a multi-device Pod gets; a Pod that asks for no mode is time-slicing.",
     profiles=("scheduler",),
     features=("sm-sharing",),
     seed="003/4",
-    needs=Needs(nodes=1, gpus=1, idle=True),
+    needs=Needs(nodes=1, gpus=2, idle=True),
 )
 def test_mode_separation(suite: Suite) -> None:
-    sliced = suite.scheduled_pod("sliced", suite.request(share=0.3, mode=TIME_SLICING))
-    sliced_gpus = gpus_at_bind(suite, sliced, suite.must_be_bound(sliced, "it asks for 0.3 of an idle GPU"))
-    # Fill every other GPU so that only the time-slicing Pod's GPU has room left.
-    fillers = [
-        suite.scheduled_pod(f"filler-{i}", suite.request(share=0.8, mode=TIME_SLICING))
-        for i in range(suite.node.gpu_count - 1)
-    ]
-    for name in fillers:
-        gpus_at_bind(suite, name, suite.must_be_bound(name, "an idle GPU is left for each filler"))
-    shared = suite.scheduled_pod("shared", suite.request(share=0.3, mode=SM_SHARING))
-    snap = suite.watch.wait_bound(shared, suite.timeout(3.0))
-    if snap is not None:
-        gpus = gpus_at_bind(suite, shared, snap)
-        overlap = sorted(set(gpus) & set(sliced_gpus))
-        if overlap:
-            raise fail(
-                f"{shared} (sm-sharing) was placed on GPU {', '.join(overlap)} beside {sliced} "
-                "(time-slicing) [mode-mixing]"
-            )
-    modes_must_not_mix(suite)
+    # The node only fills up, so a Pod that cannot be placed without mixing when it is made can
+    # never be placed later in the check; all of them are judged after one window. Sizes are
+    # shares of a GPU and fit within the contract's 5 % reserve wherever the text says "fits".
+    count = suite.node.gpu_count
+    multi = suite.options.claims("multi-device")
+    # 1. sm-sharing on all GPUs but one (0.5 each): one Pod across them where multi-device is supported.
+    if multi:
+        sm_pods = [
+            suite.scheduled_pod("sm-most", suite.request(share=0.5, mode=SM_SHARING, num_devices=count - 1))
+        ]
+    else:
+        sm_pods = [
+            suite.scheduled_pod(f"sm-{i}", suite.request(share=0.5, mode=SM_SHARING))
+            for i in range(count - 1)
+        ]
+    sm_gpus: set[str] = set()
+    for name in sm_pods:
+        sm_gpus |= set(
+            gpus_at_bind(suite, name, suite.must_be_bound(name, f"the node has {count} idle GPUs"))
+        )
+    # 2. Two time-slicing GPUs for one Pod: only one GPU is not sm-sharing, so only mixing on one
+    #    of its devices could place it.
+    if multi:
+        pair = suite.scheduled_pod("ts-pair", suite.request(share=0.3, mode=TIME_SLICING, num_devices=2))
+        suite.must_not_be_placed(
+            pair,
+            f"it asks for 2 time-slicing GPUs and only one GPU of the node is not sm-sharing "
+            f"(the others hold {', '.join(sm_pods)})",
+            "mode-mixing",
+        )
+    else:
+        suite.not_judged(
+            "every device of a multi-device Pod", "the implementation does not claim multi-device"
+        )
+    # 3. Time-slicing on the one GPU left (0.05): it must not join an sm-sharing GPU.
+    sliced = suite.scheduled_pod("sliced", suite.request(share=0.05, mode=TIME_SLICING))
+    sliced_gpus = gpus_at_bind(suite, sliced, suite.must_be_bound(sliced, "one GPU of the node is idle"))
+    joined = sorted(set(sliced_gpus) & sm_gpus)
+    if joined:
+        raise fail(
+            f"{sliced} (time-slicing) was placed on GPU {', '.join(joined)} beside sm-sharing "
+            f"{', '.join(sm_pods)} though GPU(s) without sm-sharing had room [mode-mixing]"
+        )
+    # 4. sm-sharing too large for the sm-sharing GPUs (0.5 + 0.6): only the time-slicing GPU has room.
+    shared = suite.scheduled_pod("sm-onto-ts", suite.request(share=0.6, mode=SM_SHARING))
+    suite.must_not_be_placed(
+        shared,
+        f"it asks for sm-sharing and the only GPU with room for it runs time-slicing ({sliced})",
+        "mode-mixing",
+    )
+    # 5. Fill the time-slicing GPU (0.05 + 0.8): from now on only the sm-sharing GPUs have room.
+    fill = suite.scheduled_pod("ts-fill", suite.request(share=0.8, mode=TIME_SLICING))
+    gpus_at_bind(suite, fill, suite.must_be_bound(fill, f"0.8 fits beside {sliced}'s 0.05 on its GPU"))
+    # 6. Time-slicing, asked for and by default, where only sm-sharing GPUs have room (0.5 + 0.3).
+    sliced_late = suite.scheduled_pod("ts-onto-sm", suite.request(share=0.3, mode=TIME_SLICING))
+    suite.must_not_be_placed(
+        sliced_late, "it asks for time-slicing and only sm-sharing GPUs have room for it", "mode-mixing"
+    )
+    unmoded = suite.scheduled_pod("no-mode-onto-sm", suite.request(share=0.3))
+    suite.must_not_be_placed(
+        unmoded,
+        "it asks for no mode, which is time-slicing, and only sm-sharing GPUs have room for it",
+        "mode-mixing",
+    )
+    suite.evidence.fact(
+        "staged",
+        {
+            "smSharingGpus": sorted(sm_gpus),
+            "timeSlicingGpu": sliced_gpus,
+            "notPlaceable": list(suite.unplaceable),
+        },
+    )
+    try:
+        suite.must_stay_unbound()
+    finally:
+        modes_must_not_mix(suite)
 
 
 @check(

@@ -1,7 +1,9 @@
 """Node readiness: fractions go only where the node agent says it can fence them.
 
 The node agent publishes ``gpu-fractioning.nvidia.com/Ready=True`` on the nodes it serves; a
-fraction placed elsewhere would run unfenced. The check needs a GPU node whose condition is not
+fraction placed elsewhere would run unfenced. The check first shows that the not-ready node could
+otherwise take the Pod (Ready, untainted, a GPU with room for it), so that a pass means the
+condition kept the Pod off, not a lack of room. The check needs a GPU node whose condition is not
 True. A real cluster may have one (a node whose agent is down or not installed): the check uses it
 and only watches, since the Pod it makes there must stay Pending anyway. Where the cluster's GPU
 nodes are simulated (the suite's own sandbox, a fake GPU operator), it adds, for its duration, a
@@ -10,6 +12,7 @@ simulated GPU node whose condition is False; on a real cluster it never creates 
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,6 +81,29 @@ def _add_simulated_node(suite: Suite) -> GpuNode:
     return node
 
 
+SHARE = 0.1
+"""What the Pod asks for of one GPU of the node that is not ready."""
+
+
+def _must_have_room(suite: Suite, target: GpuNode, share: float) -> None:
+    """The not-ready node has a GPU with ``share`` of its memory free, by what every namespace's Pods
+    hold there; otherwise the check cannot judge (an error: a refusal would prove nothing)."""
+    if target.memory_mib <= 0 or target.gpu_count <= 0:
+        raise RuntimeError(
+            f"node {target.name} publishes no GPU memory or count: no fraction fits there anyway"
+        )
+    need = math.floor(target.memory_mib * share)
+    loads = suite.loads_on(target)
+    gpus = target.uuids or tuple(str(i) for i in range(target.gpu_count))
+    free = {gpu: target.memory_mib - (loads[gpu].request_mib if gpu in loads else 0) for gpu in gpus}
+    suite.evidence.fact("notReadyNodeRoom", {"needMiB": need, "freeMiBPerGpu": free})
+    if not any(mib >= need for mib in free.values()):
+        raise RuntimeError(
+            f"node {target.name} has no GPU with {need} MiB free: a Pod kept off it proves nothing about "
+            "its readiness condition"
+        )
+
+
 @check(
     id="node-readiness",
     level="MUST",
@@ -99,8 +125,13 @@ def test_node_readiness(suite: Suite) -> None:
             "no GPU node lacks gpu-fractioning.nvidia.com/Ready=True, and on real GPUs the suite adds none"
         )
     suite.evidence.fact("notReadyNode", target.describe())
-    control = suite.scheduled_pod("control", suite.request(share=0.1))
-    refused = suite.scheduled_pod("on-not-ready", suite.request(share=0.1, node=target), on=[target])
+    # A pass means something only if the node could take the Pod but for its condition: Ready,
+    # untainted, uncordoned (chosen so above) and a GPU with room for the request.
+    _must_have_room(suite, target, SHARE)
+    control = suite.scheduled_pod("control", suite.request(share=SHARE))
+    refused = suite.scheduled_pod("on-not-ready", suite.request(share=SHARE, node=target), on=[target])
     suite.must_be_bound(control, "it asks for 0.1 of a GPU on a ready node")
-    suite.must_stay_unbound(refused)
+    suite.must_stay_unbound(
+        refused, f"node {target.name} does not have {CONDITION_FRACTIONING_READY}=True", "node-readiness"
+    )
     suite.evidence.pod(refused, pending=suite.unschedulable(refused))

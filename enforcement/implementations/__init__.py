@@ -151,6 +151,10 @@ _SCHEDULER = obj(
     devicesForm=T("enum", "the form of gpus.devices it writes", values=(*DEVICE_FORMS, "any")),
     writesMode=T("bool", "whether it writes gpu-compute.mode"),
     reserveMiB=T("int", "MiB it keeps back per GPU when turning a portion into MiB"),
+    retryPeriodSeconds=T(
+        "int",
+        "how often it tries a Pod it could not place again, at the longest (the suite's unbound window)",
+    ),
     quantities=T("enum", "canonical (4Gi) or any", values=("canonical", "any")),
     features=T("str-list", "features it supports (request forms, multi-device, ...)"),
     pod=obj(
@@ -324,6 +328,9 @@ class SchedulerPart:
     non_workload_pods: tuple[NonWorkloadPods, ...]
     admission: str
     detect_namespaces: tuple[str, ...]
+    retry_period_s: float | None = None
+    """How often it tries an unplaced Pod again, at the longest (``retryPeriodSeconds``); None: not
+    declared."""
 
 
 @dataclass(frozen=True)
@@ -423,6 +430,7 @@ def _scheduler(name: str, data: Mapping[str, Any]) -> SchedulerPart:
             for p in _pick(data, "nonWorkloadPods", ())
         ),
         admission=_pick(data, "admission", "contract"),
+        retry_period_s=data.get("retryPeriodSeconds"),
         detect_namespaces=tuple(_pick(data.get("detect"), "namespaces", ())),
     )
 

@@ -10,6 +10,7 @@ ledger would keep every Pod the other tests delete, so its test starts a fresh o
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from scheduler_helpers import (
 from enforcement.contract import audit_gpus, audit_pod
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.scheduler.faults import FAULTS
+from fixtures.sandbox.scheduler.loop import LATE_PLACEMENT_S
 from fixtures.suite.waiting import wait_until
 
 pytestmark = pytest.mark.sandbox
@@ -39,13 +41,30 @@ pytestmark = pytest.mark.sandbox
 RUN = unique("it-fault")
 OWN_SCHEDULER = ("leak-completed",)
 """Faults whose test starts its own scheduler rather than share the module's."""
+EXTRA_ARGS = {"place-on-retry": ("--retry-seconds", "0.5")}
+"""Settings a fault's scheduler runs with besides its fault (the sandbox's retry period, for the fault
+whose test times a retry)."""
+
+
+def selected_faults(session: pytest.Session) -> list[str]:
+    """The faults whose tests this run selected: each test is named after its fault (or carries it
+    in its parameters), so a run narrowed with ``-k`` starts only the schedulers it uses. Thirty
+    schedulers starting at once take over a minute on a small machine."""
+    here = Path(__file__).name
+    names = [item.name for item in session.items if item.nodeid.split("::")[0].endswith(here)]
+    return [
+        f for f in FAULTS if f not in OWN_SCHEDULER and any(f in n or f.replace("-", "_") in n for n in names)
+    ]
 
 
 @pytest.fixture(scope="module")
 def schedulers(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, SchedulerProcess]]:
-    specs = {f"{RUN}-{fault}": ("--fault", fault) for fault in FAULTS if fault not in OWN_SCHEDULER}
+    specs = {
+        f"{RUN}-{fault}": ("--fault", fault, *EXTRA_ARGS.get(fault, ()))
+        for fault in selected_faults(request.session)
+    }
     with running_schedulers(sandbox, tmp_path_factory.mktemp("faults"), specs) as procs:
         yield {name.removeprefix(f"{RUN}-"): proc for name, proc in procs.items()}
 
@@ -162,6 +181,22 @@ def test_trust_pod_devices(cluster: Pods, gpu: dict[str, list[str]]) -> None:
     pod = pods.bound("p")
     assert (pod["spec"]["nodeName"], devices(pod)) == ("gpu-a-1", own)
     assert pods.events("p", "UntrustedDevices") == []
+
+
+def test_trust_fitting_pod_devices(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "trust-fitting-pod-devices")
+    pods.create("sm", {"gpu-memory": "1000", **SM})
+    sm = pods.bound("sm")
+    pods.create("big", {"gpu-memory": "143000"})
+    big = pods.bound("big")
+    pods.create("q", {"gpu-memory": "1000", nv("main", "gpus.devices"): devices(big)})  # no room there
+    assert devices(pods.bound("q")) != devices(big)  # not kept, and said so
+    assert pods.event("q", "UntrustedDevices")
+    pods.create("p", {"gpu-memory": "1000", nv("main", "gpus.devices"): devices(sm)})  # room, the other mode
+    p = pods.bound("p")
+    assert (p["spec"]["nodeName"], devices(p)) == (sm["spec"]["nodeName"], devices(sm))
+    assert pods.events("p", "UntrustedDevices") == []
+    assert gpu_rules(sandbox, [sm, p]) == ["mode-mixing"]
 
 
 def test_ignore_node_ready(cluster: Pods, sandbox: Sandbox) -> None:
@@ -327,6 +362,107 @@ def test_vague_unschedulable(cluster: Pods) -> None:
     pods.create("p", {"gpu-memory": "200000"})  # more than any GPU has
     message = pods.unschedulable("p", "no GPU can take this Pod right now")
     assert "MiB" not in message and "memory" not in message
+
+
+SM = {nv("main", "gpu-compute.mode"): "sm-sharing"}
+TS = {nv("main", "gpu-compute.mode"): "time-slicing"}
+
+
+def test_mode_check_sm_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mode-check-sm-only")
+    pods.create("ts0", {"gpu-memory": "500", **TS})
+    ts0 = pods.bound("ts0")
+    pods.create("sm", {"gpu-memory": "2000", **SM})
+    sm = pods.bound("sm")
+    assert devices(sm) != devices(ts0)  # sm-sharing is still kept off a time-slicing GPU
+    pods.create("ts", {"gpu-memory": "1000", **TS})
+    ts = pods.bound("ts")
+    assert devices(ts) == devices(sm)  # but time-slicing joins the fuller sm-sharing GPU
+    assert gpu_rules(sandbox, [ts0, sm, ts]) == ["mode-mixing"]
+
+
+def test_absent_mode_fits_any(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "absent-mode-fits-any")
+    pods.create("sm", {"gpu-memory": "2000", **SM})
+    sm = pods.bound("sm")
+    pods.create("plain", {"gpu-memory": "1000"})  # no mode: time-slicing
+    plain = pods.bound("plain")
+    assert devices(plain) == devices(sm)
+    assert plain["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "time-slicing"
+    assert gpu_rules(sandbox, [sm, plain]) == ["mode-mixing"]
+    pods.create("ts", {"gpu-memory": "1000", **TS})  # time-slicing asked for: kept apart
+    assert devices(pods.bound("ts")) != devices(sm)
+
+
+def test_mode_check_first_device(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mode-check-first-device")
+    pods.create("sm", {"gpu-memory": "2000", "gpu-fraction-num-devices": "3", **SM})
+    sm = pods.bound("sm")
+    pods.create("pair", {"gpu-memory": "1000", "gpu-fraction-num-devices": "2", **TS})
+    pair = pods.bound("pair")  # a correct scheduler takes the other node's empty GPUs
+    assert pair["spec"]["nodeName"] == sm["spec"]["nodeName"]
+    first, second = devices(pair).split(",")
+    assert first not in devices(sm).split(",") and second in devices(sm).split(",")
+    assert gpu_rules(sandbox, [sm, pair]) == ["mode-mixing"]
+    pods.create("one", {"gpu-memory": "1000", **TS})  # one device: its mode is checked
+    assert devices(pods.bound("one")) not in devices(sm).split(",")
+
+
+def test_charge_first_device_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "charge-first-device-only")
+    pods.create("four", {"gpu-memory": "140000", "gpu-fraction-num-devices": "4"})
+    four = pods.bound("four")
+    pods.create("p", {"gpu-memory": "10000"})  # fits only on the other node's empty GPUs
+    p = pods.bound("p")
+    assert p["spec"]["nodeName"] == four["spec"]["nodeName"]
+    assert devices(p) in devices(four).split(",")[1:]  # one of the GPUs charged nothing
+    assert gpu_rules(sandbox, [four, p]) == ["gpu-overcommit"]
+
+
+def test_ignore_foreign_pods(cluster: Pods, sandbox: Sandbox, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "ignore-foreign-pods")
+    first = gpu["gpu-a-0"][0]
+    # bound directly, as another scheduler would have left it: 143000 of the GPU's 143771 MiB
+    placed = {nv("main", "gpu-memory.request"): "143000Mi", nv("main", "gpus.devices"): first}
+    pods.create("other", placed, scheduler="default-scheduler", spec={"nodeName": "gpu-a-0"})
+    other = pods.read("other")
+    pods.create("p", {"gpu-memory": "1000"})
+    p = pods.bound("p")
+    assert (p["spec"]["nodeName"], devices(p)) == ("gpu-a-0", first)
+    assert gpu_rules(sandbox, [other, p]) == ["gpu-overcommit"]
+
+
+def test_own_namespace_only(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "own-namespace-only")
+    core = sandbox.core_v1()
+    elsewhere = f"{pods.namespace}-o"
+    core.create_namespace({"metadata": {"name": elsewhere}})
+    others = Pods(core, elsewhere, pods.scheduler)
+    try:
+        others.create("other", {"gpu-memory": "143000"})  # another namespace: 143000 of 143771 MiB
+        other = others.bound("other")
+        pods.create("p", {"gpu-memory": "1000"})
+        p = pods.bound("p")
+        assert (p["spec"]["nodeName"], devices(p)) == (other["spec"]["nodeName"], devices(other))
+        assert gpu_rules(sandbox, [other, p]) == ["gpu-overcommit"]
+    finally:
+        others.delete_all()
+        core.delete_namespace(elsewhere)
+
+
+def test_place_on_retry(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "place-on-retry")
+    for n in ("fill-0", "fill-1"):  # 100000 MiB on each of the eight GPUs
+        pods.create(n, {"gpu-memory": "100000", "gpu-fraction-num-devices": "4"})
+        pods.bound(n)
+    created = time.monotonic()
+    pods.create("late", {"gpu-memory": "100000"})
+    pods.unschedulable("late", "no GPU with 100000 MiB free")  # refused at first, as it should be
+    late = pods.bound("late")
+    waited = time.monotonic() - created
+    assert waited >= LATE_PLACEMENT_S  # after the suite's old fixed 3 s window had ended
+    fills = [pods.read(n) for n in ("fill-0", "fill-1")]
+    assert gpu_rules(sandbox, [*fills, late]) == ["gpu-overcommit"]
 
 
 def test_every_fault_is_shown_here() -> None:

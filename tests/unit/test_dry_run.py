@@ -61,11 +61,12 @@ def test_check_selection_and_the_footprint_read_from_the_code(checks: list[Any])
     at_bind = rows["scheduler/annotations-at-bind[gpu-memory]"]
     assert at_bind["creates"] == {"namespaces": 1, "pods": "1", "nodeLeases": 1}
     assert at_bind["needs"] == {"nodes": 1, "gpusPerNode": 1, "idle": True}
-    assert rows["scheduler/memory-fit"]["creates"]["pods"] == "4 or more", (
-        "fillers and top-ups per GPU, then one more each"
+    assert rows["scheduler/memory-fit"]["creates"]["pods"] == "6 or more", (
+        "a multi-device filler (or fillers per GPU), one more, top-ups with one of another party, one more"
     )
+    assert rows["scheduler/memory-fit"]["creates"]["namespaces"] == 2  # the other party's Pod has its own
     assert rows["scheduler/node-readiness"]["creates"]["nodes"] == "1, only where the GPU nodes are simulated"
-    assert data["summary"] == {"items": 5, "run": 5, "skipped": 0, "namespaces": 5}
+    assert data["summary"] == {"items": 5, "run": 5, "skipped": 0, "namespaces": 6}
     assert data["changesOutsideItsNamespaces"] == ["nothing"]
 
 
@@ -132,7 +133,7 @@ def test_with_a_cluster_view_it_names_the_nodes_each_check_could_use(checks: lis
     text = "\n".join(lines)
     assert "mig: left out: MIG-partitioned" in text
     assert "half-held: left out of checks needing idle GPUs" in text
-    assert "RUN  scheduler/memory-fit [MUST]: creates 1 namespace, 4 or more Pod(s), 1 node Lease(s)" in text
+    assert "RUN  scheduler/memory-fit [MUST]: creates 2 namespaces, 6 or more Pod(s), 1 node Lease(s)" in text
 
 
 def test_gpuconf_run_dry_run_on_the_sandbox_creates_nothing(

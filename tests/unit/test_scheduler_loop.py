@@ -348,6 +348,42 @@ def test_vague_unschedulable_says_why_without_naming_memory() -> None:
     assert core.status == ["no GPU can take this Pod right now"] and core.events == ["FailedScheduling"]
 
 
+def test_fault_place_on_retry_refuses_at_first_and_overcommits_at_a_retry_3_s_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: clock[0])
+    core = FakeCore()
+    scheduler = worker(core, pending("big", "2000"), faults=frozenset({"place-on-retry"}))
+    run_once(scheduler)
+    assert scheduler.reasons["uid-big"].code == "insufficient-memory" and core.binds == []
+    clock[0] += loop.LATE_PLACEMENT_S - 0.1  # a retry before the 3 s: still refused
+    scheduler._retry({"uid-big"})
+    run_once(scheduler)
+    assert core.binds == []
+    clock[0] += 0.2  # the first retry after it: placed anyway, on a GPU it does not fit
+    scheduler._retry({"uid-big"})
+    run_once(scheduler)
+    assert core.binds == [("big", "n0")]
+
+
+@pytest.mark.parametrize("blind", [False, True])
+def test_fault_own_namespace_only_does_not_count_another_namespaces_pods(blind: bool) -> None:
+    other = pending("other", "900")
+    other["metadata"]["namespace"] = "elsewhere"
+    other["spec"]["nodeName"] = "n0"
+    other["metadata"]["annotations"] = {
+        "nvidia.com/container.main.gpu-memory.request": "900Mi",
+        "nvidia.com/container.main.gpus.devices": "GPU-0",
+    }
+    core = FakeCore()
+    scheduler = worker(
+        core, other, pending("p", "600"), faults=frozenset({"own-namespace-only"} if blind else ())
+    )
+    run_once(scheduler)
+    assert core.binds == ([("p", "n0")] if blind else [])  # 900 + 600 MiB on a 1000 MiB GPU
+
+
 def test_a_pod_given_a_toleration_is_tried_again() -> None:
     tainted = {**NODE, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
     core = FakeCore()

@@ -118,6 +118,14 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "overcommit-slightly",
         "leak-failed",
         "vague-unschedulable",
+        "mode-check-sm-only",
+        "absent-mode-fits-any",
+        "mode-check-first-device",
+        "charge-first-device-only",
+        "ignore-foreign-pods",
+        "place-on-retry",
+        "own-namespace-only",
+        "trust-fitting-pod-devices",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 

@@ -508,6 +508,18 @@ def test_fault_trust_pod_devices_keeps_them_and_goes_where_they_are() -> None:
     assert result.annotations[nv("main", "gpus.devices")] == "GPU-gpu-a-1-3"
 
 
+def test_fault_trust_fitting_pod_devices_keeps_them_only_where_the_request_fits() -> None:
+    cluster = two_nodes(pods=[held("gpu-a-1", 3, MIB), held("gpu-a-1", 2, 1000, "sm-sharing")])
+    for own, kept in (("GPU-gpu-a-1-3", False), ("GPU-gpu-a-1-2", True)):  # full; room (the other mode)
+        result = cluster.decide(
+            pod({"gpu-memory": "1000", nv("main", "gpus.devices"): own}), faults=["trust-fitting-pod-devices"]
+        )
+        assert isinstance(result, Decision)
+        assert (result.devices == (own,)) is kept
+        assert (result.annotations[nv("main", "gpus.devices")] == own) is kept
+        assert dict(result.overwritten) == ({} if kept else {"main": own})
+
+
 def test_fault_ignore_node_ready_prefers_a_node_that_is_not_ready() -> None:
     cluster = Cluster(node("gpu-a-0"), node("gpu-a-1", fractioning=False))
     result = cluster.decide(pod({"gpu-fraction": "0.5"}), faults=["ignore-node-ready"])
@@ -615,6 +627,77 @@ def test_fault_leak_failed_keeps_a_failed_pods_memory_but_not_a_succeeded_ones()
     # deleted, a leaked Failed Pod is released
     cluster.ledger.release(f"uid-{full['metadata']['name']}")
     assert cluster.ledger.gpus() == {}
+
+
+SM_SHARING = {nv("main", "gpu-compute.mode"): "sm-sharing"}
+TIME_SLICING = {nv("main", "gpu-compute.mode"): "time-slicing"}
+
+
+def test_fault_mode_check_sm_only_lets_time_slicing_join_sm_sharing_but_not_the_reverse() -> None:
+    sm_held = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "sm-sharing")])
+    joined = sm_held.place(pod({"gpu-memory": "1000", **TIME_SLICING}), faults=["mode-check-sm-only"])
+    assert gpus_of(joined) == ("GPU-gpu-a-0-0",)
+    assert [v.rule for v in audit_gpus(sm_held.bound, sm_held.node_objects.values())] == ["mode-mixing"]
+    ts_held = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "time-slicing")])
+    kept = ts_held.place(pod({"gpu-memory": "1000", **SM_SHARING}), faults=["mode-check-sm-only"])
+    assert gpus_of(kept) == ("GPU-gpu-a-0-1",)
+
+
+def test_fault_absent_mode_fits_any_only_for_a_pod_without_a_mode() -> None:
+    for asked, gpu in (({}, "GPU-gpu-a-0-0"), (TIME_SLICING, "GPU-gpu-a-0-1")):
+        cluster = Cluster(node("gpu-a-0", gpus=2), pods=[held("gpu-a-0", 0, 1000, "sm-sharing")])
+        placed = cluster.place(pod({"gpu-memory": "1000", **asked}), faults=["absent-mode-fits-any"])
+        assert gpus_of(placed) == (gpu,)
+        assert placed["metadata"]["annotations"][nv("main", "gpu-compute.mode")] == "time-slicing"
+
+
+def test_fault_mode_check_first_device_checks_only_the_first_gpu_of_several() -> None:
+    two = {"gpu-memory": "1000", "gpu-fraction-num-devices": "2", **TIME_SLICING}
+    sm = [held("gpu-a-0", i, 1000, "sm-sharing", name=f"sm-{i}") for i in (1, 2)]
+    assert isinstance(Cluster(node("gpu-a-0", gpus=3), pods=sm).decide(pod(two)), Unschedulable)
+    cluster = Cluster(node("gpu-a-0", gpus=3), pods=sm)
+    placed = cluster.place(pod(two), faults=["mode-check-first-device"])
+    assert gpus_of(placed)[0] == "GPU-gpu-a-0-0" and gpus_of(placed)[1] != "GPU-gpu-a-0-0"
+    assert [v.rule for v in audit_gpus(cluster.bound, cluster.node_objects.values())] == ["mode-mixing"]
+    one = Cluster(node("gpu-a-0", gpus=3), pods=sm)
+    alone = one.place(pod({"gpu-memory": "1000", **TIME_SLICING}), faults=["mode-check-first-device"])
+    assert gpus_of(alone) == ("GPU-gpu-a-0-0",)
+
+
+def test_fault_charge_first_device_only_leaves_a_multi_device_pods_other_gpus_free() -> None:
+    pair = pod({"gpu-memory": str(MIB - 1000), "gpu-fraction-num-devices": "2"}, name="pair")
+    for leak in (False, True):
+        cluster = Cluster(node("gpu-a-0", gpus=2))
+        cluster.ledger = Ledger(
+            first_device_only=leak
+        )  # how the loop builds it for "charge-first-device-only"
+        assert gpus_of(cluster.place(pair)) == ("GPU-gpu-a-0-0", "GPU-gpu-a-0-1")
+        small = pod({"gpu-memory": "2000"}, name="small")
+        result = cluster.decide(small)
+        if not leak:
+            assert isinstance(result, Unschedulable)
+            continue
+        assert isinstance(result, Decision)
+        assert gpus_of(cluster.bind(small, result)) == ("GPU-gpu-a-0-1",)
+        assert [v.rule for v in audit_gpus(cluster.bound, cluster.node_objects.values())] == [
+            "gpu-overcommit"
+        ]
+
+
+def test_fault_ignore_foreign_pods_counts_only_its_own() -> None:
+    foreign = held("gpu-a-0", 0, MIB, name="foreign")  # bound by someone else (scheduler "default-scheduler")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    for only, fits in ((None, False), ("s", True)):
+        cluster = Cluster(node("gpu-a-0", gpus=1))
+        cluster.ledger = Ledger(only_scheduler=only)  # the loop passes its own name for "ignore-foreign-pods"
+        cluster.ledger.observe(foreign, cluster.node_objects["gpu-a-0"])
+        assert isinstance(cluster.decide(pod({"gpu-memory": "1000"})), Decision) is fits
+    own = Cluster(node("gpu-a-0", gpus=1))
+    own.ledger = Ledger(only_scheduler="s")
+    own.ledger.observe(
+        {**foreign, "spec": {**foreign["spec"], "schedulerName": "s"}}, own.node_objects["gpu-a-0"]
+    )
+    assert isinstance(own.decide(pod({"gpu-memory": "1000"})), Unschedulable)  # its own Pods still count
 
 
 def test_every_fault_has_a_unit_test() -> None:
