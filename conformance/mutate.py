@@ -79,6 +79,8 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
 
 EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-hard-limit": ("hard-limit-oom",),
+    "clobber-neighbour": ("hard-limit-oom",),
+    "limit-first-device-only": ("hard-limit-each-device",),
     "limit-from-request": ("burst-borrowing",),
     "no-eviction": ("soft-limit-eviction",),
     "evict-guaranteed": ("guarantee-kept",),

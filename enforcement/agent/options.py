@@ -13,6 +13,10 @@ from typing import Final
 
 FAULTS: Final[dict[str, str]] = {
     "no-hard-limit": "applies no hard limit: a container's limit becomes its GPUs' whole memory",
+    "clobber-neighbour": "a container's allocation past its hard limit is refused, but the pages it asked "
+    "for are first scrubbed out of its GPU neighbours' memory (they read back zero)",
+    "limit-first-device-only": "a container given several GPUs is fenced on the first only: on the others "
+    "its hard limit is the GPU's whole memory",
     "limit-from-request": "applies the request as the hard limit: no burst up to the limit",
     "no-eviction": "the evictor never evicts anyone",
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
