@@ -91,6 +91,7 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "whole-gpu-visibility": ("smi-visibility", "env-injection"),
     "full-visibility": ("smi-visibility", "env-injection"),
     "wrong-visible-devices": ("env-injection",),
+    "fence-whole-pod": ("env-injection",),
     "leak-on-exit": ("release-on-exit",),
     "no-recovery": ("agent-restart",),
     "fail-open": ("fail-closed",),

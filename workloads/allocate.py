@@ -46,6 +46,7 @@ from .backends import (
     BackendUnavailable,
     ClientGone,
     DeviceFault,
+    NoDevice,
     OutOfMemory,
     PressureRefused,
     select_backend,
@@ -84,6 +85,8 @@ from .report import (
 )
 
 PLAN_ENV = "GPUCONF_PLAN"
+DEVICE_FREE_STEPS = (EnvStep, ReadyStep, HoldStep)
+"""Steps that touch no device: a plan of only these runs where no GPU backend is (``NoDevice``)."""
 SMI_COMMAND = (
     "nvidia-smi",
     "--query-gpu=index,uuid,memory.total,memory.used",
@@ -873,6 +876,10 @@ def main(
     try:
         backend = select_backend(args.backend, env)
     except BackendUnavailable as exc:
+        if args.backend == "auto" and all(isinstance(s, DEVICE_FREE_STEPS) for s in plan.steps):
+            # A container without a GPU (a sidecar) still reports what it was given.
+            code, result = Runner(plan, NoDevice(str(exc)), stream, environ=env, ending=True).run()
+            return _finish(code, result, args, env, stream)
         print(f"gpuconf-workload: {exc}", file=sys.stderr)
         code = ExitCode.BACKEND_UNAVAILABLE
         return _finish(

@@ -408,6 +408,31 @@ class CupyBackend:
         self._streams.clear()
 
 
+class NoDevice:
+    """No GPU at all (a container the node gave none): for plans of device-free steps only."""
+
+    name = "none"
+    simulated = False
+    work_unit = "none"
+
+    def __init__(self, why: str) -> None:
+        self._why = why
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": "none", "no_device": self._why}
+
+    def devices(self) -> list[DeviceInfo]:
+        return []
+
+    def _none(self, *args: Any, **kwargs: Any) -> Any:
+        raise BackendUnavailable(f"no GPU in this container: {self._why}")
+
+    alloc = free = touch = verify = meminfo = kernel = fault = _none
+
+    def close(self) -> None:
+        pass
+
+
 def select_backend(name: str, environ: Mapping[str, str]) -> Backend:
     """The backend ``name`` asks for; ``auto``: sim if configured, else cupy if importable."""
     if name == "auto":

@@ -148,6 +148,9 @@ class AgentCore:
             if v.is_error and v.container == container
         ]
         fraction = fractions.get(container)
+        if fraction is None and fractions and self.options.has("fence-whole-pod"):
+            # Seeded fault: the Pod's fraction fences every container of it, a sidecar included.
+            fraction = next(iter(fractions.values()))
         gpus: tuple[str, ...] = ()
         node_gpus: tuple[GpuInfo, ...] = ()
         if not problems and fraction is not None:

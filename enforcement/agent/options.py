@@ -27,6 +27,8 @@ FAULTS: Final[dict[str, str]] = {
     "do: a device fault in one ends its neighbours (they still take turns)",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
     "full-visibility": "every fractional container sees every GPU of the node (each with its own limit)",
+    "fence-whole-pod": "a Pod's fraction fences every container of it: a sidecar without gpu annotations "
+    "gets the enforcement environment and its own share of the GPU",
     "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the container is fenced on",
     "leak-on-exit": "a stopped container's memory and guarantee are never released",
     "no-recovery": "a restarted agent adopts nothing the backend still holds",

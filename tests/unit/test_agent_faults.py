@@ -164,6 +164,19 @@ def test_limit_first_device_only_fences_the_first_of_several_devices_and_nothing
         assert held["ns/one/main"].gpus[0].hard_limit_bytes == 128 * MIB  # a single device is fenced
 
 
+def test_fence_whole_pod_fences_a_sidecar_with_the_pods_fraction_and_nothing_else() -> None:
+    for is_broken in (True, False):
+        a = agent("fence-whole-pod") if is_broken else agent()
+        pod = make_pod("p", placement("main", 64, 128, devices=("0",)), containers=("main", "sidecar"))
+        main, sidecar = (a.core.create_container(pod, c) for c in ("main", "sidecar"))
+        assert main.allowed and main.env[ENV_LIMIT] == "128" and sidecar.allowed
+        clients = sorted(c.name for c in a.node.snapshot().clients)
+        if is_broken:
+            assert sidecar.env[ENV_LIMIT] == "128" and clients == ["ns/p/main", "ns/p/sidecar"]
+        else:
+            assert not sidecar.env and clients == ["ns/p/main"]  # the sidecar is not fenced
+
+
 # ---- earlier names of faults
 
 

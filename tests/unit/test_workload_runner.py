@@ -628,3 +628,14 @@ def test_memory_that_no_longer_holds_what_was_written_is_corrupted() -> None:
 def test_verify_of_memory_never_touched_is_a_plan_mistake_not_a_verdict() -> None:
     code, result = run([{"op": "alloc", "bytes": "1Mi"}, {"op": "verify"}], FakeBackend())
     assert code == ExitCode.ERROR and "never touched" in result["error"]["message"]
+
+
+def test_a_device_free_plan_runs_where_there_is_no_gpu(tmp_path: Any, capsys: Any) -> None:
+    from workloads.allocate import main
+
+    plan = '{"steps": [{"op": "env", "names": ["SIDE"]}]}'
+    out = tmp_path / "term"
+    code = main(["--plan", plan, "--termination-path", str(out)], environ={"SIDE": "x"})
+    result = json.loads(out.read_text())
+    assert code == 0 and result["backend"] == "none" and result["steps"][0]["env"] == {"SIDE": "x"}
+    assert main(["--plan", '{"steps": [{"op": "meminfo"}]}', "--termination-path", str(out)], environ={}) == 3
