@@ -17,6 +17,8 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
 - **Compute modes** (``compare_modes``, ``judge_modes``): by throughput, from the workloads' own
   counters (work per second), each neighbour's rate beside the other over its solo rate, on every
   device but the ideal simulated one, which measures exactly and is judged by the kernels' overlap.
+- **Kept bytes** (``kept_bytes``): a neighbour kept its memory when it read back, byte for byte, the
+  pattern it wrote there; a usage counter cannot show pages scrubbed or swapped behind its back.
 - **Start barrier** (``shared_window``): neighbours released together compute side by side; the
   window both computed in is what the comparison rests on.
 """
@@ -128,7 +130,42 @@ def judge_boundary(
     return BoundaryVerdict(found_mib, limit_mib, tol, fidelity, problem, bound)
 
 
+def searches_by_device(result: Mapping[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """A workload's ``alloc-until-oom`` steps by the device each searched (container-visible
+    ordinal; a later search of one device replaces an earlier one)."""
+    out: dict[int, dict[str, Any]] = {}
+    for step in (result or {}).get("steps") or []:
+        if step.get("op") == "alloc-until-oom":
+            out[int(step.get("device") or 0)] = dict(step)
+    return out
+
+
 # ----------------------------------------------------------------------------------- eviction
+
+
+def kept_bytes(name: str, held_mib: int, read_back: Mapping[str, Any]) -> str:
+    """Why ``name``'s read-back (its ``verify`` step) shows it did not keep the ``held_mib`` it
+    wrote; empty when every byte it wrote read back as written."""
+    if not read_back:
+        return f"{name} never read back the {held_mib} MiB it wrote: nothing shows it kept them"
+    if read_back.get("outcome") not in ("ok", "corrupted"):
+        detail = read_back.get("message") or read_back.get("outcome")
+        return f"{name} could not read back the {held_mib} MiB it wrote ({detail})"
+    mismatched = int(read_back.get("mismatched") or 0)
+    read = int(read_back.get("bytes") or 0)
+    if read_back.get("outcome") == "corrupted" or mismatched:
+        pieces = ", ".join(
+            f"{int(b.get('mismatched') or 0) / MIB:.1f} of {int(b.get('bytes') or 0) // MIB} MiB on device "
+            f"{b.get('device')}"
+            for b in read_back.get("bad") or []
+        )
+        return (
+            f"{name} read back {mismatched / MIB:.1f} MiB of the {held_mib} MiB it wrote differently from "
+            f"what it wrote{f' ({pieces})' if pieces else ''}: its memory was overwritten"
+        )
+    if read < held_mib * MIB:
+        return f"{name} read back only {read // MIB} MiB of the {held_mib} MiB it wrote"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
 
 EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-hard-limit": ("hard-limit-oom",),
+    "clobber-neighbour": ("hard-limit-oom",),
+    "limit-first-device-only": ("hard-limit-each-device",),
     "limit-from-request": ("burst-borrowing",),
     "no-eviction": ("soft-limit-eviction",),
     "evict-guaranteed": ("guarantee-kept",),
@@ -98,6 +100,7 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "whole-gpu-visibility": ("smi-visibility", "env-injection"),
     "full-visibility": ("smi-visibility", "env-injection"),
     "wrong-visible-devices": ("env-injection",),
+    "fence-whole-pod": ("env-injection",),
     "leak-on-exit": ("release-on-exit",),
     "no-recovery": ("agent-restart",),
     "fail-open": ("fail-closed",),

@@ -14,9 +14,16 @@ agent's) and the ``stack`` profile (through the scheduler under test).
 from __future__ import annotations
 
 import time
-from typing import Final
+from typing import Any, Final
 
-from conformance.judgements import device_fidelity, eviction_effect, judge_boundary, within
+from conformance.judgements import (
+    device_fidelity,
+    eviction_effect,
+    judge_boundary,
+    kept_bytes,
+    searches_by_device,
+    within,
+)
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.reaction import hold_s
@@ -50,6 +57,8 @@ def test_hard_limit_oom(suite: Suite) -> None:
             {"op": "touch"},
             {"op": "ready"},
             {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+            # Every byte it held: read back what the touch wrote (a usage count misses scrubbed pages).
+            {"op": "verify"},
         ),
         request_mib=guarantee,
     )
@@ -97,10 +106,12 @@ def test_hard_limit_oom(suite: Suite) -> None:
             f"{capped.name}'s search ended by {search.get('stopped_by')!r}, not by an out-of-memory error"
         )
     beat = late.step("heartbeat")
+    read_back = late.step("verify")
     capped_end = float((out.result or {}).get("started_at") or 0) + float(
         (out.result or {}).get("wall_s") or 0
     )
-    if late.status != "ok" or beat.get("ended_by") != "signal":
+    # "corrupted" is the read-back's own verdict after a heartbeat that ran to the signal: judged below.
+    if late.status not in ("ok", "corrupted") or beat.get("ended_by") != "signal":
         problems.append(
             f"the neighbour {neighbour.name} did not keep running: it ended {late.status or late.phase} "
             f"({(late.result or {}).get('error', {}).get('message') or late.reason})"
@@ -111,12 +122,85 @@ def test_hard_limit_oom(suite: Suite) -> None:
                 f"the neighbour {neighbour.name} held {held} MiB but the device counted as little as "
                 f"{min(beat['used_min']) // MIB} MiB for it while its neighbour ran out of memory"
             )
-        if capped_end and float(beat.get("last_at") or 0) < capped_end:
+        lost = kept_bytes(f"the neighbour {neighbour.name}", held, read_back)
+        if lost:
+            problems.append(f"{lost} while {capped.name} ran into its limit beside it")
+        if capped_end and float(beat.get("last_at") or 0) < capped_end and not problems:
             raise NotJudged(
                 f"the neighbour's last heartbeat ({beat.get('last_at')}) came before {capped.name} ended "
                 f"({capped_end:.3f}): nothing shows it outlived the out-of-memory"
             )
-    suite.evidence.fact("neighbour", {"heartbeat": beat, "exit": late.as_dict()})
+    suite.evidence.fact(
+        "neighbour",
+        {
+            "heartbeat": beat,
+            "readBack": {k: read_back.get(k) for k in ("outcome", "bytes", "mismatched", "bad")},
+            "heldMiB": held,
+            "keptEveryByte": bool(read_back) and not kept_bytes(neighbour.name, held, read_back),
+            "exit": late.as_dict(),
+        },
+    )
+    if problems:
+        raise fail("; ".join(problems))
+
+
+@check(
+    id="hard-limit-each-device",
+    level="MUST",
+    statement="In a container given several GPUs, an allocation that would take it past its "
+    "gpu-memory.limit on any one of them MUST fail with out-of-memory at the limit on that GPU (never "
+    "above it): the limit holds on each device, not only the first.",
+    profiles=("node", "stack"),
+    features=("multi-device",),
+    seed="003/4",
+    needs=Needs(nodes=1, gpus=2, idle=True),
+)
+def test_hard_limit_each_device(suite: Suite) -> None:
+    devices = 2
+    stage = Stage(suite, gpus=devices)
+    # Each device searched in turn, what the search found kept held: a limit shared among the
+    # devices (not per device) shows as the second device's boundary falling short.
+    searches = [
+        {"op": "alloc-until-oom", "granularity": mib(GRANULARITY_MIB), "device": d, "label": f"device-{d}"}
+        for d in range(devices)
+    ]
+    capped = stage.place(
+        "capped",
+        plan("capped", *searches, {"op": "meminfo"}),
+        request_mib=stage.mib(0.25),
+        limit_mib=stage.mib(0.5),
+        devices=devices,
+    )
+    if len(capped.gpus) != devices:
+        raise fail(
+            f"{capped.name} asked for {devices} GPUs and was bound to {len(capped.gpus)}: {capped.devices}"
+        )
+    out = stage.wait_ended(capped.name)
+    found = searches_by_device(out.result)
+    if len(found) < devices:
+        require(out, ("ok",), f"alloc-until-oom must run to the boundary on each of its {devices} devices")
+    fidelity = device_fidelity(out.result)
+    problems: list[str] = []
+    facts: dict[str, Any] = {}
+    for ordinal in range(devices):
+        search = found.get(ordinal) or {}
+        who = f"{capped.name} on its device {ordinal} (GPU {capped.gpus[ordinal]})"
+        found_mib = int(search.get("max_bytes", 0)) // MIB
+        verdict = judge_boundary(found_mib, capped.limit_mib, fidelity, who, search)
+        oom = search.get("oom") or {}
+        facts[str(ordinal)] = {
+            **verdict.as_fact(),
+            "gpu": capped.gpus[ordinal],
+            "stoppedBy": search.get("stopped_by"),
+            "errorType": oom.get("error_type"),
+        }
+        if verdict.problem:
+            problems.append(verdict.problem)
+        if search.get("stopped_by") != "oom" or not oom.get("error_type"):
+            problems.append(f"{who}: the search ended by {search.get('stopped_by')!r}, not by out-of-memory")
+    suite.evidence.fact(
+        "boundaries", {"granularityMiB": GRANULARITY_MIB, "devices": facts, "exit": out.as_dict()}
+    )
     if problems:
         raise fail("; ".join(problems))
 

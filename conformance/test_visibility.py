@@ -30,10 +30,13 @@ from enforcement.implementations import MECHANISMS, NodePart, builtins, referenc
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.scenario import Placed, Stage, plan, require
+from workloads.simwire import SIM_TOKEN_ENV
 
 SHARE: Final = 0.25
 MIB: Final = 1024 * 1024
 LIMIT_SHARE: Final = 0.3
+SIDECAR: Final = "sidecar"
+"""A second container of the fenced Pod, with no gpu annotations of its own."""
 DECOY_VALUES: Final[dict[str, str]] = {
     ENV_REQUEST: "1",
     ENV_LIMIT: "1",
@@ -85,6 +88,25 @@ def read_names(part: NodePart) -> list[str]:
     for role in variants().values():
         names += role
     return list(dict.fromkeys([*names, ENV_THREAD_PERCENTAGE]))
+
+
+def sidecar_problems(fenced: Mapping[str, Any], sidecar: Mapping[str, Any] | None) -> list[str]:
+    """What shows a container without gpu annotations was fenced beside its Pod's fractional one:
+    a variable holding the value the fenced container got for it (an image's own default, such as
+    ``NVIDIA_VISIBLE_DEVICES=all``, differs from the fence's), or an attachment to the simulated
+    device (its token: a client of its own, with a share of the GPU's accounting)."""
+    if sidecar is None:
+        return ["reported no environment (it did not run the plan)"]
+    out = [
+        f"got {name}={value!r}, the fenced container's value"
+        for name, value in sidecar.items()
+        if value is not None and name != SIM_TOKEN_ENV and fenced.get(name) == value
+    ]
+    if sidecar.get(SIM_TOKEN_ENV):
+        out.append(
+            f"was attached to the simulated GPU device ({SIM_TOKEN_ENV} set): a share of the GPU of its own"
+        )
+    return out
 
 
 def env_problems(
@@ -179,7 +201,8 @@ def mechanism_fact(part: NodePart, mechanism: str) -> str:
     "dialect (docs/contract.md §5, §9) with values that match its placement annotations, name by name "
     "(memory request and limit in the dialect's unit, visible devices = the assigned GPUs, the MPS pipe "
     "directory of its mode; the pinned limit per visible ordinal where claimed), overriding what the "
-    "container set itself where the implementation is known to.",
+    "container set itself where the implementation is known to; the fence is per container: a sidecar "
+    "of the same Pod without gpu annotations MUST get none of it and no share of the GPU.",
     profiles=("node", "stack"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
@@ -189,6 +212,9 @@ def test_env_injection(suite: Suite) -> None:
     count = device_count(suite)
     stage = Stage(suite, gpus=count)
     set_itself = decoys(part)
+    # The sidecar reads the same names (and the simulated device's token: an attached client, a
+    # share of the GPU) in the same Pod: the fence is the fractional container's alone.
+    sidecar_names = [*read_names(part), SIM_TOKEN_ENV]
     placed = stage.place(
         "env",
         plan("env", {"op": "env", "names": read_names(part)}),
@@ -196,10 +222,13 @@ def test_env_injection(suite: Suite) -> None:
         limit_mib=stage.mib(LIMIT_SHARE),
         devices=count,
         env=set_itself,
+        sidecars={SIDECAR: plan("sidecar", {"op": "env", "names": sidecar_names})},
     )
     out = stage.wait_ended(placed.name)
     require(out, ("ok",), "it only reads its environment")
     env = out.step("env").get("env") or {}
+    side = stage.container_result(placed.name, SIDECAR) or {}
+    side_env = next((st.get("env") for st in side.get("steps") or [] if st.get("op") == "env"), None)
     suite.evidence.fact(
         "environment",
         {
@@ -207,6 +236,7 @@ def test_env_injection(suite: Suite) -> None:
             "containerSet": set_itself,
             "placement": placed.as_dict(),
             "dialect": part.implementation,
+            "sidecar": {"seen": side_env, "status": side.get("status")},
         },
     )
     names = [n for n in part.env.names() if n != part.env.thread_percentage]
@@ -221,6 +251,9 @@ def test_env_injection(suite: Suite) -> None:
     problems = env_problems(
         placed, env, suite.cluster.read_node(placed.node), part, suite.options.claims, suite.not_judged
     )
+    leaked = sidecar_problems(env, side_env)
+    if leaked:
+        problems.append(f"its sidecar {SIDECAR!r}, which has no gpu annotations, " + "; ".join(leaked))
     if problems:
         raise fail(f"{placed.name}: " + "; ".join(problems))
 

@@ -46,6 +46,7 @@ from .backends import (
     BackendUnavailable,
     ClientGone,
     DeviceFault,
+    NoDevice,
     OutOfMemory,
     PressureRefused,
     select_backend,
@@ -72,6 +73,7 @@ from .plan import (
     Step,
     TouchStep,
     Until,
+    VerifyStep,
     parse_plan,
 )
 from .report import (
@@ -83,6 +85,8 @@ from .report import (
 )
 
 PLAN_ENV = "GPUCONF_PLAN"
+DEVICE_FREE_STEPS = (EnvStep, ReadyStep, HoldStep)
+"""Steps that touch no device: a plan of only these runs where no GPU backend is (``NoDevice``)."""
 SMI_COMMAND = (
     "nvidia-smi",
     "--query-gpu=index,uuid,memory.total,memory.used",
@@ -108,6 +112,15 @@ class _Held:
     device: int
     handle: Any
     nbytes: int
+    pattern: int | None = None
+    """The byte ``touch`` wrote into all of it; None until then."""
+
+
+def touch_pattern(piece: int) -> int:
+    """The byte the ``touch`` of held piece number ``piece`` writes: never zero (scrubbed memory
+    reads zero), and different for neighbouring pieces (one piece's bytes found in another's place
+    do not read back as its own)."""
+    return 1 + (0xA4 + 37 * piece) % 255
 
 
 @dataclass
@@ -153,6 +166,7 @@ class Runner:
             AllocStep: self._alloc,
             AllocUntilOomStep: self._alloc_until_oom,
             TouchStep: self._touch,
+            VerifyStep: self._verify,
             FreeStep: self._free,
             HoldStep: self._hold,
             HeartbeatStep: self._heartbeat,
@@ -382,6 +396,8 @@ class Runner:
             return _Failure(ExitCode.UNEXPECTED_OOM, {**error, **details.get("oom", {})})
         if outcome == "pressure":
             return _Failure(ExitCode.PRESSURE, {**error, **details.get("pressure", {})})
+        if outcome == "corrupted":
+            return _Failure(ExitCode.CORRUPTED, {**error, "mismatched": details.get("mismatched")})
         return _Failure(ExitCode.EXPECTATION_NOT_MET, error)
 
     # ---- steps: each returns (outcome, details)
@@ -493,9 +509,37 @@ class Runner:
 
     def _touch(self, step: TouchStep) -> tuple[str, dict[str, Any]]:
         chosen = self._select(step.label)
-        for h in chosen:
-            self.backend.touch(h.handle)
+        # By identity: a CuPy array compares element-wise, so list.index could not find it.
+        for piece, h in enumerate(self._held):
+            if any(h is c for c in chosen):
+                h.pattern = touch_pattern(piece)
+                self.backend.touch(h.handle, h.pattern)
         return "ok", {"bytes": sum(h.nbytes for h in chosen), "pieces": len(chosen)}
+
+    def _verify(self, step: VerifyStep) -> tuple[str, dict[str, Any]]:
+        chosen = self._select(step.label)
+        unwritten = [h for h in chosen if h.pattern is None]
+        if unwritten or not chosen:
+            what = f"label {step.label!r}" if step.label is not None else "the held memory"
+            raise StepError(
+                f"verify reads back what a touch wrote, but {len(unwritten)} of the {len(chosen)} piece(s) "
+                f"of {what} were never touched"
+            )
+        bad: list[dict[str, Any]] = []
+        for h in chosen:
+            assert h.pattern is not None
+            mismatched = self.backend.verify(h.handle, h.pattern)
+            if mismatched:
+                bad.append(
+                    {"label": h.label, "device": h.device, "bytes": h.nbytes, "mismatched": mismatched}
+                )
+        details = {
+            "bytes": sum(h.nbytes for h in chosen),
+            "pieces": len(chosen),
+            "mismatched": sum(b["mismatched"] for b in bad),
+            "bad": bad,
+        }
+        return ("corrupted" if bad else "ok"), details
 
     def _free(self, step: FreeStep) -> tuple[str, dict[str, Any]]:
         chosen = self._select(step.label)
@@ -832,6 +876,10 @@ def main(
     try:
         backend = select_backend(args.backend, env)
     except BackendUnavailable as exc:
+        if args.backend == "auto" and all(isinstance(s, DEVICE_FREE_STEPS) for s in plan.steps):
+            # A container without a GPU (a sidecar) still reports what it was given.
+            code, result = Runner(plan, NoDevice(str(exc)), stream, environ=env, ending=True).run()
+            return _finish(code, result, args, env, stream)
         print(f"gpuconf-workload: {exc}", file=sys.stderr)
         code = ExitCode.BACKEND_UNAVAILABLE
         return _finish(

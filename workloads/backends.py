@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import simclient, simwire
+from .simwire import TOUCH_PATTERN
 
 BACKEND_NAMES = ("auto", "sim", "cupy")
+VERIFY_SLICE_BYTES = 8 << 20
+"""How much of an allocation a real GPU's read-back compares at once (its temporary's size)."""
 
 
 # ---- backend-neutral errors
@@ -129,7 +132,8 @@ class Backend(Protocol):
     def devices(self) -> list[DeviceInfo]: ...
     def alloc(self, device: int, nbytes: int) -> Any: ...
     def free(self, handle: Any) -> None: ...
-    def touch(self, handle: Any) -> None: ...
+    def touch(self, handle: Any, pattern: int = TOUCH_PATTERN) -> None: ...
+    def verify(self, handle: Any, pattern: int) -> int: ...
     def meminfo(self) -> list[MemState]: ...
     def kernel(self, device: int, seconds: float, matrix: int, streams: int = 1) -> KernelSpan: ...
     def fault(self, device: int) -> str: ...
@@ -213,8 +217,11 @@ class SimBackend:
     def free(self, handle: Any) -> None:
         self._call(self._client.free, handle)
 
-    def touch(self, handle: Any) -> None:
-        self._call(self._client.touch, handle)
+    def touch(self, handle: Any, pattern: int = TOUCH_PATTERN) -> None:
+        self._call(self._client.touch, handle, pattern)
+
+    def verify(self, handle: Any, pattern: int) -> int:
+        return int(self._call(self._client.verify, handle, pattern).mismatched_bytes)
 
     def meminfo(self) -> list[MemState]:
         reply = self._call(self._client.meminfo)
@@ -310,11 +317,25 @@ class CupyBackend:
         except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
 
-    def touch(self, handle: Any) -> None:
+    def touch(self, handle: Any, pattern: int = TOUCH_PATTERN) -> None:
         try:
             with self._cp.cuda.Device(handle.device.id):
-                handle.fill(0xA5)
+                handle.fill(pattern)
                 self._cp.cuda.Device().synchronize()
+        except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
+            raise self._fail(exc) from None
+
+    def verify(self, handle: Any, pattern: int) -> int:
+        # In slices: the comparison's temporary is as large as what it compares, and a workload
+        # that holds nearly its whole limit has no room for a copy of it.
+        cp = self._cp
+        try:
+            with cp.cuda.Device(handle.device.id):
+                bad = 0
+                for start in range(0, int(handle.size), VERIFY_SLICE_BYTES):
+                    piece = handle[start : start + VERIFY_SLICE_BYTES]
+                    bad += int(cp.count_nonzero(piece != pattern))
+                return bad
         except Exception as exc:  # noqa: BLE001 - CuPy's errors share no base class; _fail sorts them
             raise self._fail(exc) from None
 
@@ -385,6 +406,31 @@ class CupyBackend:
     def close(self) -> None:
         self._matrices.clear()
         self._streams.clear()
+
+
+class NoDevice:
+    """No GPU at all (a container the node gave none): for plans of device-free steps only."""
+
+    name = "none"
+    simulated = False
+    work_unit = "none"
+
+    def __init__(self, why: str) -> None:
+        self._why = why
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": "none", "no_device": self._why}
+
+    def devices(self) -> list[DeviceInfo]:
+        return []
+
+    def _none(self, *args: Any, **kwargs: Any) -> Any:
+        raise BackendUnavailable(f"no GPU in this container: {self._why}")
+
+    alloc = free = touch = verify = meminfo = kernel = fault = _none
+
+    def close(self) -> None:
+        pass
 
 
 def select_backend(name: str, environ: Mapping[str, str]) -> Backend:

@@ -8,10 +8,10 @@ workload exits with its plan-error code instead of running half a plan.
 
 Sizes are byte counts or Kubernetes-style quantities (``"512Mi"``, ``"1Gi"``, ``"1G"``).
 
-Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``hold``, ``free``, ``meminfo``,
-``smi``, ``compute``, ``calibrate``, ``fault``, ``heartbeat``, ``ready``, ``env``. Every step takes
-``expect``: ``ok`` (the default) or ``any`` (record a failure and go on); ``alloc`` also takes
-``oom`` and ``pressure``.
+Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``verify``, ``hold``, ``free``,
+``meminfo``, ``smi``, ``compute``, ``calibrate``, ``fault``, ``heartbeat``, ``ready``, ``env``.
+Every step takes ``expect``: ``ok`` (the default) or ``any`` (record a failure and go on);
+``alloc`` also takes ``oom`` and ``pressure``.
 """
 
 from __future__ import annotations
@@ -231,6 +231,21 @@ class TouchStep:
 
 
 @dataclass(frozen=True)
+class VerifyStep:
+    """Read back every byte of the held memory (all of it, or one label's) and compare it with what
+    the plan's ``touch`` wrote there: memory a neighbour or the device took or scrubbed shows here,
+    where a usage counter would not. Every piece read must have been touched before."""
+
+    OP: ClassVar[str] = "verify"
+    label: str | None = None
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> VerifyStep:
+        return cls(label=f.text("label"), expect=f.expect())
+
+
+@dataclass(frozen=True)
 class FreeStep:
     OP: ClassVar[str] = "free"
     label: str | None = None  # None: everything held
@@ -442,6 +457,7 @@ Step = (
     AllocStep
     | AllocUntilOomStep
     | TouchStep
+    | VerifyStep
     | FreeStep
     | HoldStep
     | HeartbeatStep
@@ -457,6 +473,7 @@ STEP_TYPES: tuple[type[Step], ...] = (
     AllocStep,
     AllocUntilOomStep,
     TouchStep,
+    VerifyStep,
     HoldStep,
     FreeStep,
     MemInfoStep,

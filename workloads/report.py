@@ -42,6 +42,7 @@ class ExitCode(IntEnum):
     DEVICE_FAULT = 14  # a device fault hit this workload (a sticky error such as illegal address)
     FAULT_INJECTED = 15  # the plan's fault step faulted the device as asked; the plan ends there
     CLIENT_GONE = 16  # the device detached or evicted this client while it ran
+    CORRUPTED = 17  # memory read back (verify) differs from what this workload wrote there
     TERMINATED = 143  # SIGTERM/SIGINT/SIGHUP that no step waited for (128 + 15, as a shell reports it)
 
     @property

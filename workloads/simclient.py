@@ -19,6 +19,7 @@ from .simwire import (
     CLIENT_REPLY_CODEC,
     SIM_SOCKET_ENV,
     SIM_TOKEN_ENV,
+    TOUCH_PATTERN,
     Alloc,
     AllocReply,
     Connection,
@@ -37,6 +38,8 @@ from .simwire import (
     SimConnectionError,
     Touch,
     TouchReply,
+    Verify,
+    VerifyReply,
     WireError,
     error,
     expect_reply,
@@ -110,8 +113,11 @@ class DeviceClient:
     def free(self, handle: int) -> FreeReply:
         return expect_reply(self._request(Free(handle=handle)), FreeReply)
 
-    def touch(self, handle: int) -> TouchReply:
-        return expect_reply(self._request(Touch(handle=handle)), TouchReply)
+    def touch(self, handle: int, pattern: int = TOUCH_PATTERN) -> TouchReply:
+        return expect_reply(self._request(Touch(handle=handle, pattern=pattern)), TouchReply)
+
+    def verify(self, handle: int, pattern: int) -> VerifyReply:
+        return expect_reply(self._request(Verify(handle=handle, pattern=pattern)), VerifyReply)
 
     def meminfo(self) -> MemInfoReply:
         return expect_reply(self._request(MemInfo()), MemInfoReply)

@@ -113,9 +113,24 @@ class Free(Message):
     handle: int
 
 
+TOUCH_PATTERN = 0xA5
+"""The byte ``touch`` writes when the workload names none."""
+
+
 @message("touch")
 class Touch(Message):
+    """Write ``pattern`` into every byte of an allocation (the device records what it holds)."""
+
     handle: int
+    pattern: int = TOUCH_PATTERN
+
+
+@message("verify")
+class Verify(Message):
+    """Read an allocation back and count the bytes that are not ``pattern`` (``cudaMemcpy`` to the host)."""
+
+    handle: int
+    pattern: int
 
 
 @message("meminfo")
@@ -186,6 +201,14 @@ class FreeReply(Message):
 class TouchReply(Message):
     handle: int
     nbytes: int
+
+
+@message("verify-reply")
+class VerifyReply(Message):
+    handle: int
+    nbytes: int
+    mismatched_bytes: int
+    """Bytes that do not hold the pattern asked about: never written with it, or overwritten since."""
 
 
 @record
@@ -309,12 +332,13 @@ ERROR_REPLIES: tuple[type[ErrorReply], ...] = (
     ModeConflictReply,
     InternalErrorReply,
 )
-CLIENT_REQUESTS: tuple[type[Message], ...] = (Hello, Alloc, Free, Touch, MemInfo, Kernel, Fault)
+CLIENT_REQUESTS: tuple[type[Message], ...] = (Hello, Alloc, Free, Touch, Verify, MemInfo, Kernel, Fault)
 CLIENT_REPLIES: tuple[type[Message], ...] = (
     HelloReply,
     AllocReply,
     FreeReply,
     TouchReply,
+    VerifyReply,
     MemInfoReply,
     KernelReply,
     *ERROR_REPLIES,

@@ -148,6 +148,9 @@ class AgentCore:
             if v.is_error and v.container == container
         ]
         fraction = fractions.get(container)
+        if fraction is None and fractions and self.options.has("fence-whole-pod"):
+            # Seeded fault: the Pod's fraction fences every container of it, a sidecar included.
+            fraction = next(iter(fractions.values()))
         gpus: tuple[str, ...] = ()
         node_gpus: tuple[GpuInfo, ...] = ()
         if not problems and fraction is not None:
@@ -207,14 +210,23 @@ class AgentCore:
         self, ref: ContainerRef, name: str, fraction: Fraction, gpus: tuple[str, ...]
     ) -> ClientRequest:
         """What the backend is asked to hold for a container: its limits per GPU, mode and labels."""
+        limits = [fraction.limit_mib] * len(gpus)
+        if self.options.has("limit-first-device-only") and len(gpus) > 1:
+            # Seeded fault: only the first device is fenced; the others get their whole memory.
+            capacity = {g.uuid: g.memory_mib for g in self.backend.gpus()}
+            limits[1:] = [max(capacity.get(g, 0), fraction.limit_mib) for g in gpus[1:]]
         return ClientRequest(
             name=name,
-            gpus=tuple(DeviceLimit(g, fraction.limit_mib, fraction.request_mib) for g in gpus),
+            gpus=tuple(
+                DeviceLimit(g, limit, fraction.request_mib) for g, limit in zip(gpus, limits, strict=True)
+            ),
             mode=fraction.mode,
             active_thread_percentage=fraction.active_thread_percentage,
             labels=labels_for(ref, self.node, fraction),
             # Seeded fault: time-slicing clients join their GPU's shared fault domain.
             shared_fault_domain=self.options.has("shared-fault-domain"),
+            # Seeded fault: an overrun is fenced by scrubbing the neighbours' pages.
+            unprotected_memory=self.options.has("clobber-neighbour"),
         )
 
     def _attach(self, request: ClientRequest) -> Any:

@@ -13,6 +13,10 @@ from typing import Final
 
 FAULTS: Final[dict[str, str]] = {
     "no-hard-limit": "applies no hard limit: a container's limit becomes its GPUs' whole memory",
+    "clobber-neighbour": "a container's allocation past its hard limit is refused, but the pages it asked "
+    "for are first scrubbed out of its GPU neighbours' memory (they read back zero)",
+    "limit-first-device-only": "a container given several GPUs is fenced on the first only: on the others "
+    "its hard limit is the GPU's whole memory",
     "limit-from-request": "applies the request as the hard limit: no burst up to the limit",
     "no-eviction": "the evictor never evicts anyone",
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
@@ -23,6 +27,8 @@ FAULTS: Final[dict[str, str]] = {
     "do: a device fault in one ends its neighbours (they still take turns)",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
     "full-visibility": "every fractional container sees every GPU of the node (each with its own limit)",
+    "fence-whole-pod": "a Pod's fraction fences every container of it: a sidecar without gpu annotations "
+    "gets the enforcement environment and its own share of the GPU",
     "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the container is fenced on",
     "leak-on-exit": "a stopped container's memory and guarantee are never released",
     "no-recovery": "a restarted agent adopts nothing the backend still holds",

@@ -119,6 +119,10 @@ class ClientRequest:
     """Put a time-slicing client in its GPUs' shared fault domain (sm-sharing clients are always in it).
     Only the seeded agent fault ``shared-fault-domain`` sets it; the simulated device honours it, the
     MPS backend cannot (its fault domain is the server the pipe directory names) and ignores it."""
+    unprotected_memory: bool = False
+    """Fence the client's overruns by scrubbing its GPU neighbours' pages. Only the seeded agent fault
+    ``clobber-neighbour`` sets it; the simulated device honours it, the MPS backend ignores it (a real
+    driver never hands one client's pages to another)."""
 
 
 @dataclass(frozen=True)

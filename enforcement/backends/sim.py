@@ -171,6 +171,7 @@ class SimBackend:
             mode=request.mode,
             labels=dict(request.labels),
             shared_fault_domain=request.shared_fault_domain,
+            unprotected_memory=request.unprotected_memory,
         )
 
         def attach(admin: _Admin) -> Any:

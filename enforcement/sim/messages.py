@@ -65,6 +65,9 @@ class ClientSpec:
     mode: str = "time-slicing"
     labels: dict[str, str] = field(default_factory=dict)
     shared_fault_domain: bool = False
+    unprotected_memory: bool = False
+    """Fence this client's overruns by scrubbing its GPU neighbours' pages (the seeded agent fault
+    ``clobber-neighbour``): never the default."""
 
 
 @message("attach")

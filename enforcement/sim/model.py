@@ -32,6 +32,12 @@ client of that GPU (one shared MPS server, one fault domain); a kernel running a
 A time-slicing client attached with ``shared_fault_domain`` (only a broken agent asks for it) shares
 one fault domain with the GPU's other such clients, and still takes turns with them.
 
+Content: the device does not keep bytes, it keeps what each allocation was last written with
+(``touch``: one byte pattern) and how much of it was overwritten since, so ``verify`` answers as a
+read-back would. A client attached with ``unprotected_memory`` (only a broken agent asks for it) is
+fenced by reclaiming: its allocation past its hard limit is still refused, but the pages it asked
+for are first scrubbed (zeroed) out of its GPU neighbours' memory.
+
 Ownership: a ``Context`` is one client connection, the analogue of a CUDA context. Its allocations
 are released when it closes, so a process that dies without freeing (its socket closed by the
 kernel) gives its memory back. Detaching a client (container stopped or evicted) releases all its
@@ -56,6 +62,7 @@ from workloads.simwire import (
     OOM_DEVICE_FULL,
     OOM_GUARANTEE_UNSATISFIABLE,
     OOM_HARD_LIMIT,
+    TOUCH_PATTERN,
     AllocReply,
     BadRequestReply,
     DeniedReply,
@@ -71,6 +78,7 @@ from workloads.simwire import (
     OomReply,
     PressureReply,
     TouchReply,
+    VerifyReply,
     VisibleDevice,
     error,
 )
@@ -188,6 +196,8 @@ class _Client:
     contexts: set[Context] = field(default_factory=set)
     shared_fault_domain: bool = False
     """In its GPUs' shared fault domain even in time-slicing (``ClientSpec.shared_fault_domain``)."""
+    unprotected_memory: bool = False
+    """Its overruns are fenced by reclaiming neighbours' pages (``ClientSpec.unprotected_memory``)."""
     fault: FaultReply | None = None
     gone: GoneReply | None = None
     # Set on fault or detach: wakes this client's running kernel so it fails at once.
@@ -198,7 +208,10 @@ class _Client:
 class _Allocation:
     share: _ClientGpu
     nbytes: int
-    touched: bool = False
+    pattern: int | None = None
+    """The byte its last ``touch`` wrote into all of it; None: never written (its content undefined)."""
+    clobbered: int = 0
+    """Bytes overwritten since that touch by something else than its owner (see ``unprotected_memory``)."""
 
 
 class Context:
@@ -307,6 +320,7 @@ class SimNode:
                 gpus=[],
                 attached_at=time.time(),
                 shared_fault_domain=spec.shared_fault_domain,
+                unprotected_memory=spec.unprotected_memory,
             )
             for ordinal, (g, gpu) in enumerate(zip(spec.gpus, resolved, strict=True)):
                 share = _ClientGpu(
@@ -581,6 +595,8 @@ class SimNode:
             owed = self._context_owed(ctx, share)
             nbytes = self.fidelity.charge(asked) + owed
             if share.used + nbytes > share.hard:
+                if client.unprotected_memory:
+                    self._clobber_neighbours(share, nbytes)
                 raise self._oom(
                     share, nbytes, OOM_HARD_LIMIT, f"would exceed its hard limit of {_fmt_bytes(share.hard)}"
                 )
@@ -691,14 +707,49 @@ class SimNode:
                 handle=handle, device=alloc.share.ordinal, nbytes=alloc.nbytes, used_bytes=alloc.share.used
             )
 
-    def touch(self, ctx: Context, handle: int) -> TouchReply:
+    def _clobber_neighbours(self, share: _ClientGpu, nbytes: int) -> None:
+        """A broken fence's overrun (``unprotected_memory``): the pages the overrunning allocation
+        asked for are scrubbed out of the GPU's other clients' written memory, oldest context first,
+        though the allocation itself is still refused. Caller holds the lock."""
+        left = nbytes
+        for other in self._clients.values():
+            if other is share.client:
+                continue
+            for ctx in sorted(other.contexts, key=lambda c: c.id):
+                for alloc in ctx._allocations.values():
+                    if left <= 0:
+                        return
+                    if alloc.share.gpu is share.gpu and alloc.pattern is not None:
+                        taken = min(left, alloc.nbytes - alloc.clobbered)
+                        alloc.clobbered += taken
+                        left -= taken
+
+    def touch(self, ctx: Context, handle: int, pattern: int = TOUCH_PATTERN) -> TouchReply:
+        if not 0 <= pattern <= 0xFF:
+            raise _bad(f"a touch pattern is one byte (0..255), got {pattern}")
         with self._lock:
             self._usable(ctx)
             alloc = ctx._allocations.get(handle)
             if alloc is None:
                 raise _bad(f"unknown allocation handle {handle} in this context")
-            alloc.touched = True
+            alloc.pattern, alloc.clobbered = pattern, 0
             return TouchReply(handle=handle, nbytes=alloc.nbytes)
+
+    def verify(self, ctx: Context, handle: int, pattern: int) -> VerifyReply:
+        """Read an allocation back: the bytes that do not hold ``pattern`` (scrubbed ones read zero)."""
+        with self._lock:
+            self._usable(ctx)
+            alloc = ctx._allocations.get(handle)
+            if alloc is None:
+                raise _bad(f"unknown allocation handle {handle} in this context")
+            # Never written: nothing in it was put there by its owner, whatever it is asked about.
+            matched = 0
+            if alloc.pattern is not None:
+                matched = (alloc.nbytes - alloc.clobbered if alloc.pattern == pattern else 0) + (
+                    alloc.clobbered if pattern == 0 else 0  # scrubbed pages read zero
+                )
+            mismatched = alloc.nbytes - matched
+            return VerifyReply(handle=handle, nbytes=alloc.nbytes, mismatched_bytes=mismatched)
 
     def meminfo(self, ctx: Context) -> MemInfoReply:
         """What the NVML shim shows the container: total = its hard limit, used = its own usage."""

@@ -57,6 +57,7 @@ from workloads.simwire import (
     Message,
     SimError,
     Touch,
+    Verify,
     WireError,
 )
 
@@ -150,7 +151,8 @@ class DeviceServer:
         self._client_handlers: dict[type[Message], Callable[[Context, Any], Message]] = {
             Alloc: lambda ctx, r: node.alloc(ctx, r.device, r.nbytes),
             Free: lambda ctx, r: node.free(ctx, r.handle),
-            Touch: lambda ctx, r: node.touch(ctx, r.handle),
+            Touch: lambda ctx, r: node.touch(ctx, r.handle, r.pattern),
+            Verify: lambda ctx, r: node.verify(ctx, r.handle, r.pattern),
             MemInfo: lambda ctx, r: node.meminfo(ctx),
             Kernel: lambda ctx, r: node.kernel(ctx, r.device, r.seconds, r.sm_fraction, r.streams),
             Fault: self._fault,

@@ -20,7 +20,7 @@ from enforcement.backends import Candidate, GpuPressure
 from enforcement.contract import nvidia_key
 from enforcement.hook import ContainerRef
 from enforcement.sim import SIM_TOKEN_ENV
-from workloads.simwire import SimFault
+from workloads.simwire import SimFault, SimOutOfMemory
 
 MIB = 1 << 20
 BORROWER = Candidate("borrower", used_bytes=300, guarantee_bytes=100)
@@ -126,6 +126,55 @@ def test_shared_fault_domain_leaves_sm_sharing_as_it_was() -> None:
     assert adj.allowed and adj.env[ENV_PIPE_DIRECTORY].endswith("/sm-sharing")
     assert adj.env[ENV_THREAD_PERCENTAGE] == "50"
     assert a.node.snapshot().clients[0].mode == "sm-sharing"
+
+
+def test_clobber_neighbour_scrubs_the_neighbours_memory_when_a_container_overruns_and_nothing_else() -> None:
+    for is_broken in (True, False):
+        a = agent("clobber-neighbour") if is_broken else agent()
+        envs = {}
+        for name, (request, limit) in (("neighbour", (256, 256)), ("capped", (128, 256))):
+            adj = a.core.create_container(
+                make_pod(name, placement("main", request, limit, devices=("0",))), "main"
+            )
+            assert adj.allowed and adj.env[ENV_LIMIT] == str(limit)
+            envs[name] = adj.env[SIM_TOKEN_ENV]
+        neighbour, capped = (a.node.open_context(envs[n])[0] for n in ("neighbour", "capped"))
+        handle = a.node.alloc(neighbour, 0, 200 * MIB).handle
+        a.node.touch(neighbour, handle, 0x5A)
+        a.node.alloc(capped, 0, 256 * MIB)  # up to its limit: nobody is scrubbed
+        assert a.node.verify(neighbour, handle, 0x5A).mismatched_bytes == 0
+        with pytest.raises(SimOutOfMemory):  # the hard limit holds either way
+            a.node.alloc(capped, 0, MIB)
+        lost = a.node.verify(neighbour, handle, 0x5A).mismatched_bytes
+        assert lost == (MIB if is_broken else 0)
+
+
+def test_limit_first_device_only_fences_the_first_of_several_devices_and_nothing_else() -> None:
+    for is_broken in (True, False):
+        a = agent("limit-first-device-only") if is_broken else agent()
+        pair = a.core.create_container(
+            make_pod("pair", placement("main", 64, 128, devices=("0", "1"))), "main"
+        )
+        one = a.core.create_container(make_pod("one", placement("main", 64, 128, devices=("2",))), "main")
+        assert pair.allowed and one.allowed and pair.env[ENV_LIMIT] == "128"
+        held = {c.name: c for c in a.node.snapshot().clients}
+        hard = [g.hard_limit_bytes // MIB for g in held["ns/pair/main"].gpus]
+        assert hard == ([128, 1024] if is_broken else [128, 128])
+        assert [g.guarantee_bytes // MIB for g in held["ns/pair/main"].gpus] == [64, 64]
+        assert held["ns/one/main"].gpus[0].hard_limit_bytes == 128 * MIB  # a single device is fenced
+
+
+def test_fence_whole_pod_fences_a_sidecar_with_the_pods_fraction_and_nothing_else() -> None:
+    for is_broken in (True, False):
+        a = agent("fence-whole-pod") if is_broken else agent()
+        pod = make_pod("p", placement("main", 64, 128, devices=("0",)), containers=("main", "sidecar"))
+        main, sidecar = (a.core.create_container(pod, c) for c in ("main", "sidecar"))
+        assert main.allowed and main.env[ENV_LIMIT] == "128" and sidecar.allowed
+        clients = sorted(c.name for c in a.node.snapshot().clients)
+        if is_broken:
+            assert sidecar.env[ENV_LIMIT] == "128" and clients == ["ns/p/main", "ns/p/sidecar"]
+        else:
+            assert not sidecar.env and clients == ["ns/p/main"]  # the sidecar is not fenced
 
 
 # ---- earlier names of faults

@@ -263,3 +263,33 @@ def test_kernel_rates_over_several_steps() -> None:
     steps = [{"t0": 0.0, "t_end": 1.0, "kernels": 10}, {"t0": 0.5, "t_end": 2.0, "kernels": 20}]
     assert j.kernel_rates(steps) == 15.0
     assert j.kernel_rates([]) == 0.0
+
+
+def test_kept_bytes_wants_every_written_byte_read_back_as_written() -> None:
+    whole = {"op": "verify", "outcome": "ok", "bytes": 256 * j.MIB, "mismatched": 0, "bad": []}
+    assert j.kept_bytes("n", 256, whole) == ""
+    scrubbed = {
+        "op": "verify",
+        "outcome": "corrupted",
+        "bytes": 256 * j.MIB,
+        "mismatched": 64 * j.MIB,
+        "bad": [{"label": "", "device": 0, "bytes": 256 * j.MIB, "mismatched": 64 * j.MIB}],
+    }
+    assert "read back 64.0 MiB of the 256 MiB it wrote differently" in j.kept_bytes("n", 256, scrubbed)
+    assert "64.0 of 256 MiB on device 0" in j.kept_bytes("n", 256, scrubbed)
+    assert "never read back" in j.kept_bytes("n", 256, {})
+    assert "could not read back" in j.kept_bytes("n", 256, {"outcome": "gone", "message": "evicted"})
+    assert "only 128 MiB" in j.kept_bytes("n", 256, {**whole, "bytes": 128 * j.MIB})
+
+
+def test_searches_by_device_keeps_each_devices_own_search() -> None:
+    result = {
+        "steps": [
+            {"op": "alloc-until-oom", "device": 0, "max_bytes": 1},
+            {"op": "meminfo"},
+            {"op": "alloc-until-oom", "device": 1, "max_bytes": 2},
+        ]
+    }
+    got = j.searches_by_device(result)
+    assert sorted(got) == [0, 1] and got[1]["max_bytes"] == 2
+    assert j.searches_by_device(None) == {} and j.searches_by_device({"steps": [{"op": "touch"}]}) == {}

@@ -431,6 +431,41 @@ def test_closing_a_context_releases_exactly_what_it_allocated() -> None:
     assert node.close_context(one) == 0  # idempotent
 
 
+def test_memory_reads_back_what_its_owner_wrote_and_nothing_else() -> None:
+    node = make_node(1024)
+    a = join(node, "a", 256)
+    handle = node.alloc(a, 0, 100 * MiB).handle
+    assert node.verify(a, handle, 0x37).mismatched_bytes == 100 * MiB  # never written
+    node.touch(a, handle, 0x37)
+    assert node.verify(a, handle, 0x37).mismatched_bytes == 0
+    assert node.verify(a, handle, 0x38).mismatched_bytes == 100 * MiB
+
+
+def test_a_neighbours_overrun_leaves_its_memory_intact() -> None:
+    node = make_node(1024)
+    held, capped = join(node, "held", 256), join(node, "capped", 128, 256)
+    handle = node.alloc(held, 0, 200 * MiB).handle
+    node.touch(held, handle, 0x5A)
+    with pytest.raises(SimOutOfMemory):
+        node.alloc(capped, 0, 300 * MiB)
+    assert node.verify(held, handle, 0x5A).mismatched_bytes == 0
+
+
+def test_an_unprotected_client_s_overrun_scrubs_its_neighbours_memory() -> None:
+    node = make_node(1024)
+    held = join(node, "held", 256)
+    token = node.attach(replace(client_spec("capped", ["0"], 128, 256), unprotected_memory=True)).token
+    capped, _ = node.open_context(token)
+    handle = node.alloc(held, 0, 200 * MiB).handle
+    node.touch(held, handle, 0x5A)
+    with pytest.raises(SimOutOfMemory):  # the allocation is still refused ...
+        node.alloc(capped, 0, 300 * MiB)
+    # ... but the pages it asked for were taken from the neighbour: they read zero now.
+    assert node.verify(held, handle, 0x5A).mismatched_bytes == 200 * MiB
+    assert node.verify(held, handle, 0).mismatched_bytes == 0
+    assert used(node, "held") == 200 * MiB  # a usage counter does not show it
+
+
 def test_handles_belong_to_their_context_so_a_client_cannot_free_anothers_memory() -> None:
     node = make_node(1024)
     a, b = join(node, "a", 256), join(node, "b", 256)

@@ -55,6 +55,7 @@ class FakeBackend:
         self.used = [0] * len(self.capacity)
         self.handles: dict[int, tuple[int, int]] = {}
         self.touched: set[int] = set()
+        self.written: dict[int, int] = {}  # handle -> the byte its memory holds
         self.calls: Counter[str] = Counter()
         self.pressure_refusals = pressure_refusals
         self.fault_on_meminfo: int | None = None  # fault on the n-th meminfo call
@@ -89,9 +90,14 @@ class FakeBackend:
         device, nbytes = self.handles.pop(handle)
         self.used[device] -= nbytes
 
-    def touch(self, handle: int) -> None:
+    def touch(self, handle: int, pattern: int = 0xA5) -> None:
         self._check()
         self.touched.add(handle)
+        self.written[handle] = pattern
+
+    def verify(self, handle: int, pattern: int) -> int:
+        self._check()
+        return 0 if self.written.get(handle) == pattern else self.handles[handle][1]
 
     def meminfo(self) -> list[MemState]:
         self.calls["meminfo"] += 1
@@ -534,7 +540,7 @@ def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_a_bug_in_a_step_is_an_error_result_not_a_crash() -> None:
     class Buggy(FakeBackend):
-        def touch(self, handle: int) -> None:
+        def touch(self, handle: int, pattern: int = 0xA5) -> None:
             raise KeyError(handle)
 
     code, result = run([{"op": "alloc", "bytes": "1Mi"}, {"op": "touch"}], Buggy())
@@ -580,3 +586,56 @@ def test_heartbeat_records_its_first_and_last_beat_and_the_least_memory_the_devi
     beat = result["steps"][1]
     assert code == ExitCode.OK and before - 0.01 <= beat["first_at"] <= beat["last_at"] <= time.time() + 0.01
     assert beat["used_min"] == [64 * MiB]
+
+
+# ---- verify
+
+
+def test_verify_reads_back_every_touched_piece_with_its_own_pattern() -> None:
+    backend = FakeBackend()
+    code, result = run(
+        [{"op": "alloc", "bytes": "4Mi", "chunk": "1Mi"}, {"op": "touch"}, {"op": "verify"}], backend
+    )
+    assert code == ExitCode.OK, result
+    assert result["steps"][2] | {"ms": 0} == {
+        "i": 2,
+        "op": "verify",
+        "outcome": "ok",
+        "ms": 0,
+        "bytes": 4 * MiB,
+        "pieces": 4,
+        "mismatched": 0,
+        "bad": [],
+    }
+    assert len(set(backend.written.values())) == 4 and 0 not in backend.written.values()
+
+
+def test_memory_that_no_longer_holds_what_was_written_is_corrupted() -> None:
+    plan = [{"op": "alloc", "bytes": "2Mi", "chunk": "1Mi"}, {"op": "touch"}, {"op": "verify"}]
+
+    class Scrubbing(FakeBackend):
+        def verify(self, handle: int, pattern: int) -> int:
+            return MiB if handle == 2 else 0  # the second piece was zeroed behind the workload's back
+
+    code, result = run(plan, Scrubbing())
+    assert code == ExitCode.CORRUPTED and result["status"] == "corrupted"
+    step = result["steps"][2]
+    assert step["outcome"] == "corrupted" and step["mismatched"] == MiB
+    assert step["bad"] == [{"label": "", "device": 0, "bytes": MiB, "mismatched": MiB}]
+    assert result["error"]["mismatched"] == MiB
+
+
+def test_verify_of_memory_never_touched_is_a_plan_mistake_not_a_verdict() -> None:
+    code, result = run([{"op": "alloc", "bytes": "1Mi"}, {"op": "verify"}], FakeBackend())
+    assert code == ExitCode.ERROR and "never touched" in result["error"]["message"]
+
+
+def test_a_device_free_plan_runs_where_there_is_no_gpu(tmp_path: Any, capsys: Any) -> None:
+    from workloads.allocate import main
+
+    plan = '{"steps": [{"op": "env", "names": ["SIDE"]}]}'
+    out = tmp_path / "term"
+    code = main(["--plan", plan, "--termination-path", str(out)], environ={"SIDE": "x"})
+    result = json.loads(out.read_text())
+    assert code == 0 and result["backend"] == "none" and result["steps"][0]["env"] == {"SIDE": "x"}
+    assert main(["--plan", '{"steps": [{"op": "meminfo"}]}', "--termination-path", str(out)], environ={}) == 3
