@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandbox_args import RETRY
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 
@@ -52,7 +53,7 @@ def test_density_ramp_fails_at_the_step_a_leaking_scheduler_cannot_place(
     box: Sandbox, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "conformance.cli", "run", f"--kubeconfig={box.kubeconfig}"]
+    argv = [sys.executable, "-m", "conformance.cli", "run", f"--kubeconfig={box.kubeconfig}", RETRY]
     argv += [f"--scheduler-name={SCHEDULER}", "--profile=stack", "--check=density-ramp"]
     argv += ["--skip-preflight", "--timeout-scale=0.5", f"--report-dir={out}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUCONF_IN_CLUSTER": "0"}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_args import RETRY
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 
@@ -52,7 +53,7 @@ def emulating(config: SandboxConfig, name: str) -> Sandbox:
 
 
 def gpuconf_run(box: Sandbox, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig)]
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig), RETRY]
     argv += ["--scheduler-name", "gpuconf-reference", "--profile", "node", "--report-dir", str(out)]
     argv += [a for c in CHECKS for a in ("--check", c)] + list(extra)
     proc = subprocess.run(
@@ -131,7 +132,7 @@ def test_unknown_implementation_exits_2_listing_the_known(config: SandboxConfig,
 
 
 def kai_run(box: Sandbox, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig)]
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig), RETRY]
     argv += ["--scheduler-name", "toy-kai", "--profile", "scheduler", "--report-dir", str(out)]
     argv += [a for c in SCHEDULER_CHECKS for a in ("--check", c)] + list(extra)
     proc = subprocess.run(

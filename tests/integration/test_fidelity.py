@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_args import RETRY
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 
@@ -84,6 +85,7 @@ def test_the_whole_suite_passes_the_reference_stack_on_a_simulated_h200(box: San
         f"--kubeconfig={box.kubeconfig}",
         "--scheduler-name=gpuconf-reference",
         f"--reaction-period={REACTION_S}",
+        RETRY,
         f"--report-dir={tmp_path}",
     )
     found = results(tmp_path)
@@ -104,6 +106,7 @@ def test_a_slow_binding_scheduler_is_judged_on_compute_modes(box: Sandbox, tmp_p
         f"--kubeconfig={box.kubeconfig}",
         "--scheduler-name=gpuconf-slow",
         f"--reaction-period={REACTION_S}",
+        RETRY,
         "--profile=stack",
         "--check=compute-modes",
         f"--report-dir={tmp_path}",

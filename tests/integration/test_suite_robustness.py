@@ -41,6 +41,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sandbox_args import RETRY
 
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
 from fixtures.sandbox import processes
@@ -101,7 +102,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 def start_run(
     kubeconfig: Path, out: Path, run_id: str, *args: str, new_session: bool = False
 ) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(kubeconfig)]
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(kubeconfig), RETRY]
     argv += ["--scheduler-name", SCHEDULER, "--report-dir", str(out), *args, "--", "--run-id", run_id]
     return subprocess.Popen(
         argv,

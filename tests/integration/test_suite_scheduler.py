@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_args import RETRY
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.suite.waiting import wait_until
@@ -46,7 +47,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 
 def gpuconf_run(box: Sandbox, out: Path, scheduler: str, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig)]
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig), RETRY]
     argv += ["--scheduler-name", scheduler, "--profile", "scheduler", "--report-dir", str(out), *extra]
     proc = subprocess.run(
         argv, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -76,7 +77,7 @@ def test_upstream_kube_scheduler_fails_naming_the_missing_annotations(box: Sandb
 
 def test_sigint_mid_run_leaves_nothing_behind(box: Sandbox, tmp_path: Path) -> None:
     run_id = f"sigint-{int(time.time())}"
-    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig)]
+    argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig), RETRY]
     argv += ["--scheduler-name", "gpuconf-reference", "--profile", "scheduler", "--report-dir", str(tmp_path)]
     argv += ["--check", "memory-fit", "--check", "release-on-completion", "--", "--run-id", run_id]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -139,3 +139,14 @@ def test_container_processes_filters_by_directory(tmp_path: Path) -> None:
         assert not container_processes(under=tmp_path / "elsewhere")
     finally:
         c.stop(5)
+
+
+def test_a_container_does_not_inherit_an_ignored_sigterm(tmp_path: Path) -> None:
+    # The launching process may ignore SIGTERM (a workload run in-process ignores it while it writes
+    # its result); the container must start with the default action, as a real runtime starts it.
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        container = launch(spec(tmp_path, "sleep", "300"), tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert container.stop(10).returncode == -signal.SIGTERM
