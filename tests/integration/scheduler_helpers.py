@@ -25,9 +25,10 @@ from kubernetes.client.rest import ApiException
 from enforcement.contract import gpu_loads
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.scheduler import rbac
-from fixtures.suite.waiting import wait_until
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 START_TIMEOUT_S = 60.0
+EMPTY_TIMEOUT_S = 60.0
 PLACE_TIMEOUT_S = 30.0
 PREFIX = "nvidia.com/container."
 
@@ -177,10 +178,29 @@ def bound_fraction_pods(core: client.CoreV1Api) -> dict[tuple[str, str], Any]:
     return gpu_loads(pods, nodes)
 
 
+def wait_for_empty_gpus(core: client.CoreV1Api) -> None:
+    """Until no GPU holds anything. The module before may have just ended: its namespace is deleted,
+    but its Pods go only as the namespace controller and their grace periods let them (seconds, on
+    a busy machine). What is still there after that was left behind: the test cannot start."""
+    left: dict[tuple[str, str], Any] = {}
+
+    def empty() -> bool:
+        left.clear()
+        left.update(bound_fraction_pods(core))
+        return not left
+
+    try:
+        wait_until(empty, "every GPU to be empty", timeout=EMPTY_TIMEOUT_S)
+    except WaitTimeout:
+        raise AssertionError(
+            f"the test needs empty GPUs; another test left fractions bound: {left}"
+        ) from None
+
+
 @contextmanager
 def pods_on_empty_gpus(core: client.CoreV1Api, namespace: str, scheduler: str) -> Iterator[Pods]:
     """A ``Pods`` factory for one test, which needs every GPU empty; its Pods are deleted afterwards."""
-    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
+    wait_for_empty_gpus(core)
     made = Pods(core, namespace, scheduler)
     try:
         yield made
@@ -255,7 +275,7 @@ class SchedulerProcess:
             )
         return self
 
-    def wait_ready(self) -> SchedulerProcess:
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> SchedulerProcess:
         def probe() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
@@ -264,7 +284,7 @@ class SchedulerProcess:
                 )
             return self.ready.exists()
 
-        wait_until(probe, f"scheduler {self.name} to be ready", timeout=START_TIMEOUT_S)
+        wait_until(probe, f"scheduler {self.name} to be ready", timeout=timeout)
         return self
 
     def text(self) -> str:
@@ -307,8 +327,12 @@ def running_schedulers(
     try:
         for p in procs.values():
             p.start()
+        # Started together, they share the CPUs while they import and list: each one's start costs
+        # about 2 s of CPU, so the last is ready only after all of them, on 2 busy cores well past
+        # the one-scheduler timeout. The waits overlap: one budget for the group.
+        budget = START_TIMEOUT_S + 3.0 * len(procs)
         for p in procs.values():
-            p.wait_ready()
+            p.wait_ready(timeout=budget)
         yield procs
     finally:
         for p in procs.values():

@@ -18,6 +18,7 @@ from scheduler_helpers import (
     nv,
     running_schedulers,
     unique,
+    wait_for_empty_gpus,
 )
 
 from fixtures.sandbox.controlplane import Sandbox
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.sandbox
 
 def test_a_restarted_scheduler_never_double_books(sandbox: Sandbox, namespace: str, tmp_path: Path) -> None:
     core = sandbox.core_v1()
-    assert bound_fraction_pods(core) == {}, "the test needs empty GPUs; another test left fractions bound"
+    wait_for_empty_gpus(core)
     a0, a1 = node_uuids(core, "gpu-a-0"), node_uuids(core, "gpu-a-1")
     name = unique("it-restart")
     with running_schedulers(sandbox, tmp_path, {name: ()}) as procs:

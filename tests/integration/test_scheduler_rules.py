@@ -19,13 +19,13 @@ from scheduler_helpers import (
     PLACE_TIMEOUT_S,
     Pods,
     SchedulerProcess,
-    bound_fraction_pods,
     node_condition,
     nv,
     pods_on_empty_gpus,
     running_schedulers,
     unique,
     uuids_by_node,
+    wait_for_empty_gpus,
 )
 
 from enforcement.contract import audit_gpus, audit_pod
@@ -345,7 +345,7 @@ def test_spread_policy_alternates_nodes(
     sandbox: Sandbox, namespace: str, tmp_path: Path, gpu: dict[str, list[str]]
 ) -> None:
     core = sandbox.core_v1()
-    assert bound_fraction_pods(core) == {}
+    wait_for_empty_gpus(core)
     name = unique("it-spread")
     with running_schedulers(sandbox, tmp_path, {name: ("--policy", "spread")}):
         made = Pods(core, namespace, name)
