@@ -85,6 +85,13 @@ REASON_CREATE_ERROR = "CreateContainerError"
 """Kubelet's waiting reason for a start that failed for a transient reason (backend unreachable)."""
 
 
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Pod's annotations; empty where the document is broken (the parser reports that, not here)."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
 def stderr_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -152,7 +159,7 @@ class AgentCore:
     def _create(self, pod: Mapping[str, Any], container: str) -> Adjustment:
         ref = k.pod_ref(pod, container)
         pod = self._as_read(pod, container)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = _annotations(pod)
         fractions, violations = read_placement(pod)
         problems = [
             Problem(v.key, v.rule, v.message, v.fix, annotations.get(v.key))
@@ -328,8 +335,11 @@ class AgentCore:
             return pod
         # Seeded fault: a bare number is read as bytes and rounded up to a whole MiB (4096 -> 1 MiB)
         # instead of being refused as below the 1 MiB minimum, and the container is fenced with it.
-        metadata = dict(pod.get("metadata") or {})
-        annotations = dict(metadata.get("annotations") or {})
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return pod  # a broken document: the parser reports it, as without the fault
+        metadata = dict(metadata)
+        annotations = dict(_annotations(pod))
         for suffix in (SUFFIX_REQUEST, SUFFIX_LIMIT):
             key = nvidia_key(container, suffix)
             value = annotations.get(key)
