@@ -49,10 +49,11 @@ class Malformed:
 MINIMUM_WORDS: Final = ("memory-minimum", "minimum", "at least", "below", "too small")
 
 
-def cases(stage: Stage) -> tuple[Malformed, ...]:
+def cases(gpu_count: int) -> tuple[Malformed, ...]:
     """docs/contract.md §2, parsing rules: each malformed form once, on the request (memory) or the key
-    the form belongs to. ``enforcement.implementations.MALFORMED_CASES`` lists the same names."""
-    beyond = str(stage.node.gpu_count + 7)
+    the form belongs to, for a node of ``gpu_count`` GPUs. ``enforcement.implementations.MALFORMED_CASES``
+    lists the same names; ``gpuconf probe``'s fail-closed judges the same cases."""
+    beyond = str(gpu_count + 7)
     request = nvidia_key(CONTAINER, SUFFIX_REQUEST)
     quantity = ("memory-quantity", "quantity")
     return (
@@ -98,8 +99,9 @@ def cases(stage: Stage) -> tuple[Malformed, ...]:
     )
 
 
-def placement(stage: Stage, case: Malformed) -> dict[str, str]:
-    annotations = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
+def placement(valid: Mapping[str, str], case: Malformed) -> dict[str, str]:
+    """``valid`` (a correct placement of request = limit on one GPU) broken as ``case`` says."""
+    annotations = dict(valid)
     if case.value is None:
         annotations.pop(case.key, None)
     else:
@@ -170,7 +172,7 @@ def test_fail_closed(suite: Suite) -> None:
     stage = Stage(suite)
     never = plan("never", {"op": "hold", "seconds": 60})
     chosen = []
-    for case in cases(stage):
+    for case in cases(stage.node.gpu_count):
         party = part.who_refuses(case.name)
         if party == "node":
             chosen.append(case)
@@ -186,7 +188,8 @@ def test_fail_closed(suite: Suite) -> None:
     # Every case's Pod at once, and one wait for all: the cases are independent, and the node
     # decides each in well under a second.
     for case in chosen:
-        stage.pod(case.name, never, request_mib=1024, annotations=placement(stage, case))
+        valid = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
+        stage.pod(case.name, never, request_mib=1024, annotations=placement(valid, case))
     said: dict[str, list[str]] = {}
 
     def settled() -> bool:
@@ -240,10 +243,18 @@ def _said(suite: Suite, names: Sequence[str]) -> dict[str, list[str]]:
 def _verdict(
     stage: Stage, case: Malformed, said: Sequence[str], names_key: bool, *, final: bool
 ) -> str | None:
-    """ "" when ``case`` was refused as claimed, a problem when not; None while it may still settle
-    (``final`` False: the node has time left to explain)."""
+    return refusal_verdict(case, stage.ran(case.name), said, names_key, final=final)
+
+
+def refusal_verdict(
+    case: Malformed, started: bool, said: Sequence[str], names_key: bool, *, final: bool = True
+) -> str | None:
+    """The judgement of one malformed case, wherever it runs (the suite, ``gpuconf probe``): empty when
+    it did not start and (where ``names_key``) something it said names the key and the rule outside
+    echoes of the value; a problem when not; None while not ``final`` and it may still settle (the
+    node has time left to explain)."""
     what = f"{case.name} ({case.key}: {case.shown} [{case.rule}])"
-    if stage.ran(case.name):
+    if started:
         return f"{what} started instead of being refused"
     if not names_key:
         # Only that it does not start is claimed; a waiting state or a Warning is the refusal.

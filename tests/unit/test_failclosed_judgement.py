@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
-
 import pytest
 
-from conformance.test_failclosed import cases, explanations, placement, refusal_names
+from conformance.test_failclosed import cases, explanations, placement, refusal_names, refusal_verdict
 from enforcement.contract import SUFFIX_DEVICES, SUFFIX_MODE, SUFFIX_REQUEST, nvidia_key, read_placement
 from enforcement.implementations import MALFORMED_CASES
+from fixtures.suite.manifests import placement_annotations
 
 REQUEST = nvidia_key("main", SUFFIX_REQUEST)
 MODE = nvidia_key("main", SUFFIX_MODE)
 WORDS = ("memory-quantity", "quantity")
-
-
-def stage() -> Any:
-    return cast(Any, SimpleNamespace(node=SimpleNamespace(gpu_count=2), free=["GPU-a"]))
 
 
 def test_the_reference_agents_refusal_names_key_and_rule() -> None:
@@ -57,10 +51,10 @@ def test_a_short_value_inside_a_longer_word_does_not_hide_it() -> None:
 
 
 def test_every_case_is_one_the_descriptions_can_name_and_each_is_malformed_for_the_contract() -> None:
-    found = cases(stage())
+    found = cases(2)
     assert tuple(c.name for c in found) == MALFORMED_CASES
     for case in found:
-        annotations = placement(stage(), case)
+        annotations = placement(placement_annotations("main", 1024, 1024, ["GPU-a"]), case)
         pod = {
             "metadata": {"name": "p", "namespace": "ns", "annotations": annotations},
             "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
@@ -78,3 +72,15 @@ def test_a_waiting_state_and_warning_events_are_what_the_pod_says() -> None:
     }
     events = [{"type": "Normal", "reason": "Scheduled"}, {"type": "Warning", "reason": "R", "message": "m"}]
     assert explanations(pod, events) == ["CreateContainerConfigError: ", "R: m"]
+
+
+def test_a_verdict_names_what_went_wrong_and_settles_only_when_final() -> None:
+    case = next(c for c in cases(2) if c.name == "bare-number")
+    named = f"{REQUEST}: '4096' is 4096 bytes, below the 1 MiB minimum [memory-minimum]"
+    assert refusal_verdict(case, False, [named], True) == ""
+    assert "started instead of being refused" in (refusal_verdict(case, True, [named], True) or "")
+    assert refusal_verdict(case, False, ["refused: '4096'"], True, final=False) is None
+    assert "names the key" in (refusal_verdict(case, False, ["refused: '4096'"], True) or "")
+    assert "not the rule" in (refusal_verdict(case, False, [f"{REQUEST} refused"], True) or "")
+    # Where the implementation does not claim to name the key, any refusal is enough.
+    assert refusal_verdict(case, False, ["refused: '4096'"], False) == ""
