@@ -227,7 +227,9 @@ def refused_elsewhere(implementation: str, party: str) -> str:
         "check it); judged where the admission is under test (gpuconf lint --dialect kai)",
         "runtime": f"in {implementation} the node agent does not validate devices; their format is the "
         "NVIDIA container runtime's business",
-        "scheduler": f"in {implementation} the scheduler must never write it (the scheduler profile)",
+        "scheduler": f"in {implementation} the node agent does not refuse it (it starts the container, "
+        "unfenced); the scheduler must never write it, which annotations-at-bind judges (the scheduler "
+        "profile)",
         "nobody": f"{implementation} refuses it nowhere",
     }.get(party, f"in {implementation} the {party} refuses it")
 
