@@ -105,6 +105,8 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-recovery": ("agent-restart",),
     "fail-open": ("fail-closed",),
     "fail-open-silently": ("fail-closed",),
+    "accept-bare-number": ("fail-closed",),
+    "vague-refusal": ("fail-closed",),
 }
 """Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""
 REFERENCE: Final = "gpuconf-reference"

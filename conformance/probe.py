@@ -53,8 +53,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conformance.judgements import judge_boundary, within
-from enforcement.contract import SUFFIX_REQUEST, nvidia_key
+from conformance.judgements import judge_boundary, kept_bytes, within
 
 if TYPE_CHECKING:
     from enforcement.backends import Backend
@@ -343,6 +342,9 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
             {"op": "alloc", "bytes": within(held) * MIB},  # the headroom a real GPU's context needs
             {"op": "touch"},
             {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
+            # Every byte it held, as the suite's check judges it: read back what the touch wrote (a
+            # usage count misses pages scrubbed behind its back).
+            {"op": "verify"},
         ],
     }
     neighbour = s.run(n_pod, n_adj, n_plan)
@@ -370,15 +372,22 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
     neighbour.proc.send_signal(signal.SIGTERM)
     n_run = neighbour.finish(WORKLOAD_TIMEOUT_S)
     beat = _step(n_run.result, "heartbeat")
+    read_back = _step(n_run.result, "verify")
+    lost = kept_bytes("the neighbour", within(held), read_back)
     evidence["neighbour"] = {
         "status": n_run.result.get("status"),
         "heartbeat": beat,
-        "held_bytes": held * MIB,
+        "held_bytes": within(held) * MIB,
+        "read_back": {k: read_back.get(k) for k in ("outcome", "bytes", "mismatched", "bad")},
+        "kept_every_byte": bool(read_back) and not lost,
     }
-    if n_run.result.get("status") != "ok" or beat.get("ended_by") != "signal":
+    # "corrupted" is the read-back's own verdict after a heartbeat that ran to the signal: judged below.
+    if n_run.result.get("status") not in ("ok", "corrupted") or beat.get("ended_by") != "signal":
         raise CheckFailed(f"the neighbour did not keep running: {n_run.result.get('status')}", evidence)
     if beat.get("used_min") and min(beat["used_min"]) < within(held) * MIB:
         raise CheckFailed("the neighbour lost memory it held while its neighbour ran out of memory", evidence)
+    if lost:
+        raise CheckFailed(f"{lost} while its neighbour ran into its limit beside it", evidence)
     if step.get("stopped_by") != "oom":
         raise CheckFailed(
             f"no OOM: allocated {got // MIB} MiB against a limit of {limit} MiB "
@@ -389,7 +398,7 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
         raise CheckFailed(f"OOM at {got / MIB:.0f} MiB, not at the limit: {verdict.problem}", evidence)
     return (
         f"OOM at {got / MIB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')}); "
-        f"neighbour kept {held} MiB",
+        f"neighbour kept every byte of its {within(held)} MiB",
         evidence,
     )
 
@@ -585,22 +594,38 @@ def check_release(s: Session) -> tuple[str, dict[str, Any]]:
 
 
 def check_fail_closed(s: Session) -> tuple[str, dict[str, Any]]:
+    """The suite's fail-closed, in process: the same malformed cases and the same judgement
+    (``conformance.test_failclosed``), against the reference agent, which refuses each itself and
+    names the key and the rule (``gpuconf-reference``'s description)."""
+    from conformance.test_failclosed import cases, placement, refusal_verdict
     from enforcement.agent.kube import REASON_REJECTED
     from enforcement.hook import REASON_CONFIG_ERROR
 
-    bad = dict(_placement(64, 64))
-    key = nvidia_key("main", SUFFIX_REQUEST)
-    bad[key] = "0"
-    _pod, adj = s.admit(bad, "malformed")
-    events = [e.message for e in s.kube.events_for(REASON_REJECTED)]
-    evidence = {"allowed": adj.allowed, "reason": adj.reason, "message": adj.message, "events": events}
-    if adj.allowed:
-        raise CheckFailed("a container with a malformed contract was started", evidence)
-    if adj.reason != REASON_CONFIG_ERROR or key not in adj.message or "memory-minimum" not in adj.message:
-        raise CheckFailed("the refusal does not name the key and the rule", evidence)
-    if not events:
-        raise CheckFailed("no GPUFractionRejected Event was recorded", evidence)
-    return f"refused ({adj.reason}) naming {key} [memory-minimum]", evidence
+    valid = _placement(64, 64)
+    problems: list[str] = []
+    seen: dict[str, Any] = {}
+    for case in cases(len(s.gpus)):
+        pod, adj = s.admit(placement(valid, case), case.name)
+        uid = pod["metadata"]["uid"]
+        events = [e.message for e in s.kube.events if e.ref.pod_uid == uid and e.reason == REASON_REJECTED]
+        said = [f"{adj.reason}: {adj.message}", *(f"{REASON_REJECTED}: {m}" for m in events)]
+        seen[case.name] = {"value": case.shown, "rule": case.rule, "allowed": adj.allowed, "said": said[-2:]}
+        problem = refusal_verdict(case, adj.allowed, said, True)
+        if not problem and not adj.allowed and adj.reason != REASON_CONFIG_ERROR:
+            problem = f"{case.name} was refused with reason {adj.reason}, not {REASON_CONFIG_ERROR}"
+        if not problem and not adj.allowed and not events:
+            problem = f"{case.name} was refused, but no {REASON_REJECTED} Event was recorded"
+        if problem:
+            problems.append(problem)
+        if adj.allowed:
+            s.stop(pod)  # release what a broken agent fenced, so the next case starts from an idle GPU
+    evidence = {"malformed": seen}
+    if problems:
+        raise CheckFailed("; ".join(problems), evidence)
+    return (
+        f"{len(seen)} malformed placements refused ({REASON_CONFIG_ERROR}), each naming key and rule",
+        evidence,
+    )
 
 
 @dataclass(frozen=True)

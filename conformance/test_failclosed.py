@@ -12,6 +12,7 @@ a correct one never does, so through a scheduler the scenario cannot be set up.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,7 +24,9 @@ from fixtures.suite.scenario import CONTAINER, Stage, plan
 from fixtures.suite.waiting import WaitTimeout, wait_until
 
 EXPLAIN_S: Final = 15.0
-"""How long the node has to say why it refuses (the reference agent: well under a second)."""
+"""How long the node has to say why it refuses (the reference agent: well under a second). One wait
+for every case together: their Pods are created at once, so a node that never explains costs this
+once, not once per case."""
 QUIET_S: Final = 1.0
 """After the refusal shows, how long the container must still not start."""
 
@@ -32,25 +35,41 @@ QUIET_S: Final = 1.0
 class Malformed:
     name: str
     key: str
-    value: str
+    value: str | None
+    """The malformed value written under ``key``; None: the key is left out."""
     rule: str
     words: tuple[str, ...]
     """Any of these (the rule id among them) in the explanation names the rule."""
 
+    @property
+    def shown(self) -> str:
+        return "(absent)" if self.value is None else repr(self.value)
 
-def cases(stage: Stage) -> tuple[Malformed, ...]:
-    beyond = str(stage.node.gpu_count + 7)
+
+MINIMUM_WORDS: Final = ("memory-minimum", "minimum", "at least", "below", "too small")
+
+
+def cases(gpu_count: int) -> tuple[Malformed, ...]:
+    """docs/contract.md §2, parsing rules: each malformed form once, on the request (memory) or the key
+    the form belongs to, for a node of ``gpu_count`` GPUs. ``enforcement.implementations.MALFORMED_CASES``
+    lists the same names; ``gpuconf probe``'s fail-closed judges the same cases."""
+    beyond = str(gpu_count + 7)
+    request = nvidia_key(CONTAINER, SUFFIX_REQUEST)
+    quantity = ("memory-quantity", "quantity")
     return (
-        Malformed(
-            "not-a-quantity",
-            nvidia_key(CONTAINER, SUFFIX_REQUEST),
-            "lots",
-            "memory-quantity",
-            ("memory-quantity", "quantity"),
-        ),
+        Malformed("not-a-quantity", request, "lots", "memory-quantity", quantity),
+        Malformed("empty-value", request, "", "memory-quantity", (*quantity, "empty", "blank")),
+        Malformed("whitespace-only", request, " ", "memory-quantity", (*quantity, "whitespace", "blank")),
+        Malformed("zero", request, "0", "memory-minimum", (*MINIMUM_WORDS, "zero")),
+        Malformed("negative", request, "-1Gi", "memory-minimum", (*MINIMUM_WORDS, "negative")),
+        # A bare number is bytes: 4096 is four kilobytes, not 4096 MiB.
+        Malformed("bare-number", request, "4096", "memory-minimum", (*MINIMUM_WORDS, "unit", "bytes")),
+        # 100m is a tenth of a byte: gpuconf calls the milli suffix malformed (memory-quantity), the
+        # real agent's reading is the minimum; either rule names what is wrong.
+        Malformed("milli-unit", request, "100m", "memory-quantity", (*quantity, "milli", *MINIMUM_WORDS)),
         Malformed(
             "request-above-limit",
-            nvidia_key(CONTAINER, SUFFIX_REQUEST),
+            request,
             "2048Mi",
             "request-exceeds-limit",
             ("request-exceeds-limit", "exceed", "greater than", "above", "larger than"),
@@ -69,34 +88,73 @@ def cases(stage: Stage) -> tuple[Malformed, ...]:
             "devices-unknown",
             ("devices-unknown", "not a gpu", "unknown", "not found", "no gpu", "does not exist"),
         ),
+        # On a bound Pod memory without devices fences nothing (the agent has no device to limit).
+        Malformed(
+            "memory-without-devices",
+            nvidia_key(CONTAINER, SUFFIX_DEVICES),
+            None,
+            "devices-missing",
+            ("devices-missing", "missing", "no gpus.devices", "no devices", "without devices"),
+        ),
     )
 
 
-def placement(stage: Stage, case: Malformed) -> dict[str, str]:
-    annotations = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
-    annotations[case.key] = case.value
+def placement(valid: Mapping[str, str], case: Malformed) -> dict[str, str]:
+    """``valid`` (a correct placement of request = limit on one GPU) broken as ``case`` says."""
+    annotations = dict(valid)
+    if case.value is None:
+        annotations.pop(case.key, None)
+    else:
+        annotations[case.key] = case.value
     if case.rule == "request-exceeds-limit":
         annotations[nvidia_key(CONTAINER, SUFFIX_LIMIT)] = "1024Mi"
     return annotations
 
 
-def explanations(suite: Suite, name: str) -> list[str]:
-    """What the Pod says about its container: the waiting state's message, and Warning Events."""
-    pod = suite.pod(name) or {}
+def explanations(pod: Mapping[str, Any] | None, events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What a Pod says about its container: its waiting state, and its Warning Events."""
     out = []
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("message"):
-            out.append(f"{waiting.get('reason')}: {waiting['message']}")
-    for event in suite.events(name):
+        # A waiting reason without a message is still a refusal (the container is held), if a mute one.
+        if waiting.get("message") or waiting.get("reason"):
+            out.append(f"{waiting.get('reason')}: {waiting.get('message') or ''}")
+    for event in events:
         if event.get("type") == "Warning":
             out.append(f"{event.get('reason')}: {event.get('message') or ''}")
     return out
 
 
-def _names(case: Malformed, text: str) -> tuple[bool, bool]:
+def refusal_names(text: str, key: str, value: str | None, words: Sequence[str]) -> tuple[bool, bool]:
+    """Whether ``text`` names ``key``, and any of ``words`` (the rule), outside echoes of ``value``.
+
+    A refusal that only quotes the value back ("'SM-Sharing' refused") says nothing of what is wrong
+    with it, yet the value may contain a rule's word (sm-sharing) or a key's: an occurrence that lies
+    wholly inside an echo of the value is not counted. Case-insensitive. A value without a visible
+    character (empty, blanks) echoes nothing.
+    """
     low = text.lower()
-    return case.key in text, any(w in low for w in case.words)
+    echo = (value or "").lower()
+    echoes = _spans(low, echo) if echo.strip() else []
+
+    def named(needle: str) -> bool:
+        needle = needle.lower()
+        return any(
+            not any(a <= start and start + len(needle) <= b for a, b in echoes)
+            for start, _ in _spans(low, needle)
+        )
+
+    return named(key), any(named(w) for w in words)
+
+
+def _spans(text: str, needle: str) -> list[tuple[int, int]]:
+    """Every occurrence of ``needle`` in ``text`` (overlapping ones too), as [start, end)."""
+    out = []
+    at = text.find(needle)
+    while needle and at >= 0:
+        out.append((at, at + len(needle)))
+        at = text.find(needle, at + 1)
+    return out
 
 
 @check(
@@ -114,7 +172,7 @@ def test_fail_closed(suite: Suite) -> None:
     stage = Stage(suite)
     never = plan("never", {"op": "hold", "seconds": 60})
     chosen = []
-    for case in cases(stage):
+    for case in cases(stage.node.gpu_count):
         party = part.who_refuses(case.name)
         if party == "node":
             chosen.append(case)
@@ -127,19 +185,36 @@ def test_fail_closed(suite: Suite) -> None:
         )
     if not chosen:
         return
+    # Every case's Pod at once, and one wait for all: the cases are independent, and the node
+    # decides each in well under a second.
     for case in chosen:
-        stage.pod(case.name, never, request_mib=1024, annotations=placement(stage, case))
+        valid = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
+        stage.pod(case.name, never, request_mib=1024, annotations=placement(valid, case))
+    said: dict[str, list[str]] = {}
+
+    def settled() -> bool:
+        said.update(_said(suite, [c.name for c in chosen]))
+        return all(_verdict(stage, c, said[c.name], names_key, final=False) is not None for c in chosen)
+
+    try:
+        wait_until(settled, "every malformed container to be refused with a reason", suite.timeout(EXPLAIN_S))
+    except WaitTimeout:
+        pass  # the verdicts below say which case did not settle, and how
+    time.sleep(suite.timeout(QUIET_S))
+    said.update(_said(suite, [c.name for c in chosen]))
     problems: list[str] = []
     seen: dict[str, Any] = {}
     for case in chosen:
-        problem, said = _judge(suite, stage, case, names_key)
-        seen[case.name] = {"key": case.key, "value": case.value, "rule": case.rule, "said": said[-3:]}
+        problem = _verdict(stage, case, said[case.name], names_key, final=True) or ""
+        seen[case.name] = {
+            "key": case.key,
+            "value": case.shown,
+            "rule": case.rule,
+            "started": stage.ran(case.name),
+            "said": said[case.name][-3:],
+        }
         if problem:
             problems.append(problem)
-    time.sleep(suite.timeout(QUIET_S))
-    for case in chosen:
-        if stage.ran(case.name) and not any(case.name in p for p in problems):
-            problems.append(f"{case.name} ({case.key}: {case.value!r}) started later, unfenced")
     suite.evidence.fact("malformed", seen)
     if problems:
         raise fail("; ".join(problems))
@@ -152,48 +227,48 @@ def refused_elsewhere(implementation: str, party: str) -> str:
         "check it); judged where the admission is under test (gpuconf lint --dialect kai)",
         "runtime": f"in {implementation} the node agent does not validate devices; their format is the "
         "NVIDIA container runtime's business",
-        "scheduler": f"in {implementation} the scheduler must never write it (the scheduler profile)",
+        "scheduler": f"in {implementation} the node agent does not refuse it (it starts the container, "
+        "unfenced); the scheduler must never write it, which annotations-at-bind judges (the scheduler "
+        "profile)",
         "nobody": f"{implementation} refuses it nowhere",
     }.get(party, f"in {implementation} the {party} refuses it")
 
 
-def _judge(suite: Suite, stage: Stage, case: Malformed, names_key: bool = True) -> tuple[str, list[str]]:
-    def explained() -> list[str] | None:
-        if stage.ran(case.name):
-            return ["(the container started)"]
-        said = explanations(suite, case.name)
-        if not names_key:
-            return said if said or _refused(suite, case.name) else None
-        return said if any(all(_names(case, s)) for s in said) else None
-
-    try:
-        said = wait_until(explained, f"{case.name} to be refused with a reason", suite.timeout(EXPLAIN_S))
-    except WaitTimeout:
-        said = explanations(suite, case.name)
-        if stage.ran(case.name):
-            return f"{case.name} ({case.key}: {case.value!r} [{case.rule}]) started, unfenced", said
-        if not names_key:
-            return "", said  # it did not start, which is all that is claimed
-        named = [_names(case, s) for s in said]
-        if any(k for k, _ in named):
-            return (
-                f"{case.name} was refused naming {case.key}, but not the rule {case.rule}: {said[-1]}",
-                said,
-            )
-        return (
-            f"{case.name} ({case.key}: {case.value!r} [{case.rule}]) did not start, but nothing in its "
-            f"status or Events names the key{': ' + said[-1] if said else ''}",
-            said,
-        )
-    if stage.ran(case.name):
-        return f"{case.name} ({case.key}: {case.value!r} [{case.rule}]) started, unfenced", said
-    return "", said
+def _said(suite: Suite, names: Sequence[str]) -> dict[str, list[str]]:
+    """Each Pod's explanations, from one read of the namespace's Events."""
+    by_pod: dict[str, list[Mapping[str, Any]]] = {}
+    for event in suite.events():
+        by_pod.setdefault((event.get("involvedObject") or {}).get("name") or "", []).append(event)
+    return {n: explanations(suite.pod(n), by_pod.get(n, [])) for n in names}
 
 
-def _refused(suite: Suite, name: str) -> bool:
-    """Whether the Pod's container is held in a waiting state (refused), whatever the message says."""
-    pod = suite.pod(name) or {}
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if ((cs.get("state") or {}).get("waiting") or {}).get("reason"):
-            return True
-    return False
+def _verdict(
+    stage: Stage, case: Malformed, said: Sequence[str], names_key: bool, *, final: bool
+) -> str | None:
+    return refusal_verdict(case, stage.ran(case.name), said, names_key, final=final)
+
+
+def refusal_verdict(
+    case: Malformed, started: bool, said: Sequence[str], names_key: bool, *, final: bool = True
+) -> str | None:
+    """The judgement of one malformed case, wherever it runs (the suite, ``gpuconf probe``): empty when
+    it did not start and (where ``names_key``) something it said names the key and the rule outside
+    echoes of the value; a problem when not; None while not ``final`` and it may still settle (the
+    node has time left to explain)."""
+    what = f"{case.name} ({case.key}: {case.shown} [{case.rule}])"
+    if started:
+        return f"{what} started instead of being refused"
+    if not names_key:
+        # Only that it does not start is claimed; a waiting state or a Warning is the refusal.
+        return "" if said or final else None
+    named = [refusal_names(s, case.key, case.value, case.words) for s in said]
+    if any(k and r for k, r in named):
+        return ""
+    if not final:
+        return None
+    if any(k for k, _ in named):
+        return f"{case.name} was refused naming {case.key}, but not the rule {case.rule}: {said[-1]}"
+    return (
+        f"{what} did not start, but nothing in its status or Events names the key "
+        f"(an echo of the value does not){': ' + said[-1] if said else ''}"
+    )

@@ -67,7 +67,15 @@ from enforcement.backends import (
     GpuInfo,
     ModeConflict,
 )
-from enforcement.contract import SUFFIX_DEVICES, Fraction, nvidia_key, read_placement, resolve_device
+from enforcement.contract import (
+    SUFFIX_DEVICES,
+    SUFFIX_LIMIT,
+    SUFFIX_REQUEST,
+    Fraction,
+    nvidia_key,
+    read_placement,
+    resolve_device,
+)
 from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, PluginStatus, RunningContainer
 
 REASON_PLUGIN_MISSING = "NRIPluginNotRegistered"
@@ -75,6 +83,13 @@ REASON_PLUGIN_MISSING = "NRIPluginNotRegistered"
 
 REASON_CREATE_ERROR = "CreateContainerError"
 """Kubelet's waiting reason for a start that failed for a transient reason (backend unreachable)."""
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Pod's annotations; empty where the document is broken (the parser reports that, not here)."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def stderr_log(message: str) -> None:
@@ -89,6 +104,8 @@ class Problem:
     rule: str
     message: str
     fix: str = ""
+    value: str | None = None
+    """The value written under ``key`` (None: absent); only the ``vague-refusal`` fault shows it alone."""
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message} [{self.rule}]"
@@ -141,9 +158,11 @@ class AgentCore:
 
     def _create(self, pod: Mapping[str, Any], container: str) -> Adjustment:
         ref = k.pod_ref(pod, container)
+        pod = self._as_read(pod, container)
+        annotations = _annotations(pod)
         fractions, violations = read_placement(pod)
         problems = [
-            Problem(v.key, v.rule, v.message, v.fix)
+            Problem(v.key, v.rule, v.message, v.fix, annotations.get(v.key))
             for v in violations
             if v.is_error and v.container == container
         ]
@@ -181,7 +200,8 @@ class AgentCore:
                 other_ref = self._ref_of(exc.other_client)
                 return self._refuse_mode(ref, fraction.mode, exc.gpu, other_ref, exc.other_mode)
             except AttachRefused as exc:
-                problem = Problem(nvidia_key(container, SUFFIX_DEVICES), "device-refused", str(exc))
+                key = nvidia_key(container, SUFFIX_DEVICES)
+                problem = Problem(key, "device-refused", str(exc), value=annotations.get(key))
                 self.metrics.inc("gpu_fractioning_agent_rejected_containers_total", reason="device-refused")
                 message = self._refusal_text(ref, [problem])
                 self.kube.event(ref, k.WARNING, k.REASON_REJECTED, message)
@@ -259,6 +279,7 @@ class AgentCore:
                         f"{device!r} is not a GPU of node {self.node} "
                         f"(it has {len(node_gpus)} GPU(s): {has})",
                         "Assign GPUs of the node the Pod is bound to.",
+                        device,
                     )
                 )
             elif uuid in out:
@@ -308,7 +329,36 @@ class AgentCore:
 
     # ---- refusals
 
+    def _as_read(self, pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
+        """The Pod as this agent reads it: unchanged, but for the ``accept-bare-number`` fault."""
+        if not self.options.has("accept-bare-number"):
+            return pod
+        # Seeded fault: a bare number is read as bytes and rounded up to a whole MiB (4096 -> 1 MiB)
+        # instead of being refused as below the 1 MiB minimum, and the container is fenced with it.
+        metadata = pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return pod  # a broken document: the parser reports it, as without the fault
+        metadata = dict(metadata)
+        annotations = dict(_annotations(pod))
+        for suffix in (SUFFIX_REQUEST, SUFFIX_LIMIT):
+            key = nvidia_key(container, suffix)
+            value = annotations.get(key)
+            if (
+                isinstance(value, str)
+                and value.isascii()
+                and value.isdigit()
+                and len(value) < 8
+                and 0 < int(value) < MIB
+            ):
+                annotations[key] = f"{-(-int(value) // MIB)}Mi"
+        metadata["annotations"] = annotations
+        return {**pod, "metadata": metadata}
+
     def _refusal_text(self, ref: ContainerRef, problems: list[Problem]) -> str:
+        if self.options.has("vague-refusal"):
+            # Seeded fault: the values are echoed back, but not which key holds them or what is wrong.
+            shown = ", ".join("(none)" if p.value is None else repr(p.value) for p in problems)
+            return f"GPU fraction of container {ref.container!r} refused: {shown}"
         details = "; ".join(str(p) for p in problems)
         fixes = "; ".join(dict.fromkeys(p.fix for p in problems if p.fix))
         text = f"GPU fraction contract of container {ref.container!r} is malformed: {details}"
@@ -535,7 +585,7 @@ class AgentCore:
             return
         if pod is None or k.pod_ref(pod).pod_uid != ref.pod_uid:
             return
-        fraction = read_placement(pod)[0].get(ref.container)
+        fraction = read_placement(self._as_read(pod, ref.container))[0].get(ref.container)
         if fraction is None:
             return  # not fractional (or malformed and started fail-open): nothing was fenced
         try:

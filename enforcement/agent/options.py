@@ -34,6 +34,10 @@ FAULTS: Final[dict[str, str]] = {
     "no-recovery": "a restarted agent adopts nothing the backend still holds",
     "fail-open": "a malformed contract starts the container unfenced (as --fail-open)",
     "fail-open-silently": "a malformed contract starts the container unfenced, with no Event saying so",
+    "accept-bare-number": "a bare number below 1 MiB (4096) is read as bytes, rounded up to 1 MiB and "
+    "fenced with, instead of refused (memory-minimum)",
+    "vague-refusal": "a malformed contract is refused, but the message only echoes the values: it names "
+    "neither the key nor the rule",
 }
 
 FAULT_ALIASES: Final[dict[str, str]] = {

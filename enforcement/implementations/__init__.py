@@ -56,7 +56,21 @@ MECHANISMS: Final[dict[str, str]] = {
 one is skipped with this fact for an implementation that does not claim it)."""
 
 PARTIES: Final = ("node", "admission", "scheduler", "runtime", "nobody")
-MALFORMED_CASES: Final = ("not-a-quantity", "request-above-limit", "unknown-mode", "unknown-device")
+MALFORMED_CASES: Final = (
+    "not-a-quantity",
+    "empty-value",
+    "whitespace-only",
+    "zero",
+    "negative",
+    "bare-number",
+    "milli-unit",
+    "request-above-limit",
+    "unknown-mode",
+    "unknown-device",
+    "memory-without-devices",
+)
+"""The malformed placements ``fail-closed`` sets up (docs/contract.md §2, parsing rules); a
+description's ``refusedBy`` says who refuses each (absent: the node agent)."""
 DEVICE_FORMS: Final = ("uuid", "cdi", "index")
 
 _ENV = obj(
@@ -128,9 +142,7 @@ _NODE = obj(
     ),
     validation=obj(
         "who refuses each malformed case (node, admission, scheduler, runtime, nobody)",
-        refusedBy=T(
-            "str-map", "case (not-a-quantity, request-above-limit, unknown-mode, unknown-device) to party"
-        ),
+        refusedBy=T("str-map", f"case ({', '.join(MALFORMED_CASES)}) to party (absent: node)"),
         refusalNamesKey=T("bool", "whether the node's refusal names the annotation key and the rule"),
         blankMode=T("enum", "a present but blank mode: error or the default", values=("error", "default")),
     ),

@@ -203,3 +203,36 @@ def test_the_renamed_faults_still_do_what_the_old_names_did() -> None:
 def test_an_unknown_fault_is_still_refused_by_the_agents_command_line() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--node", "n", "--hook-socket", "/tmp/h.sock", "--fault", "no-such"])
+
+
+def test_accept_bare_number_fences_a_bare_byte_count_as_one_mib_and_nothing_else() -> None:
+    a = agent("accept-bare-number")
+    ann = placement("main", 64, 128)
+    ann[nvidia_key("main", ".gpu-memory.request")] = "4096"
+    adj = a.core.create_container(make_pod("p", ann), "main")
+    assert adj.allowed and a.kube.events == []
+    held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
+    assert held.gpus[0].hard_limit_bytes == 128 * MIB
+    # A quantity with a unit, zero and a large bare number still read as the contract says.
+    for value, allowed in (("lots", False), ("0", False), ("134217728", True)):
+        ann[nvidia_key("main", ".gpu-memory.request")] = value
+        assert a.core.create_container(make_pod(f"p{value}", ann), "main").allowed is allowed, value
+    assert (
+        not agent()
+        .core.create_container(
+            make_pod("p", {**ann, nvidia_key("main", ".gpu-memory.request"): "4096"}), "main"
+        )
+        .allowed
+    )
+
+
+def test_vague_refusal_refuses_but_its_message_only_echoes_the_value() -> None:
+    key = nvidia_key("main", ".gpu-memory.request")
+    ann = {**placement("main", 64, 128), key: "bad-gpu-memory"}
+    for faults, names in (((), True), (("vague-refusal",), False)):
+        a = agent(*faults)
+        adj = a.core.create_container(make_pod("p", ann), "main")
+        assert not adj.allowed and [e.reason for e in a.kube.events] == [REASON_REJECTED]
+        for text in (adj.message, a.kube.events[0].message):
+            assert "bad-gpu-memory" in text
+            assert (key in text and "memory-quantity" in text) is names, text

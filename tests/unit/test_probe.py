@@ -121,3 +121,18 @@ def test_mps_without_a_gpu_is_a_setup_error_said_plainly(capsys: pytest.CaptureF
         assert "mps backend cannot run here" in capsys.readouterr().err
     else:  # pragma: no cover - a GPU machine runs the real thing instead
         pytest.skip("pynvml is installed: this machine may have a GPU")
+
+
+@pytest.mark.parametrize(
+    ("check", "fault", "said"),
+    [
+        # The neighbour's usage count is unchanged; only reading back what it wrote shows the loss.
+        ("hard-limit-oom", "clobber-neighbour", "differently from what it wrote"),
+        ("fail-closed", "accept-bare-number", "bare-number"),
+        ("fail-closed", "vague-refusal", "names the key"),
+    ],
+)
+def test_the_probe_judges_as_the_suites_check_does(check: str, fault: str, said: str) -> None:
+    report = run_probe(ProbeOptions(backend="sim", checks=(check,), faults=frozenset({fault})))
+    (result,) = report.results
+    assert result.status == "FAIL" and said in result.summary, result.summary
