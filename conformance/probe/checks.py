@@ -1,0 +1,398 @@
+"""The probe's checks: each a catalog check of the ``probe`` profile, judged in process.
+
+Every check builds the annotated Pods a scheduler would, runs them through the ``Session``, and
+judges with the suite's own judgement functions (``conformance.judgements``, the fail-closed
+verdict): one statement, one judgement, wherever it runs. ``CHECKS`` maps each catalog id to its
+function, its old probe name and the ``conformance`` module that declares it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from conformance.judgements import judge_boundary, kept_bytes, within
+
+if TYPE_CHECKING:
+    from enforcement.contract import Mode
+    from fixtures.suite.checks import Check
+
+from conformance.probe.session import (
+    MIB,
+    PRESSURE_RETRY_S,
+    WORKLOAD_TIMEOUT_S,
+    CheckFailed,
+    CheckSkipped,
+    Session,
+)
+
+# ---------------------------------------------------------------------------------------- checks
+
+
+def _placement(
+    request_mib: int, limit_mib: int, devices: Sequence[str] = ("0",), mode: Mode = "time-slicing"
+) -> dict[str, str]:
+    from fixtures.suite.manifests import placement_annotations
+
+    return placement_annotations("main", request_mib, limit_mib, devices, mode)
+
+
+def _step(result: Mapping[str, Any], op: str) -> dict[str, Any]:
+    for step in result.get("steps", ()):
+        if step.get("op") == op:
+            return dict(step)
+    return {}
+
+
+def _refused(adjustment: Any) -> None:
+    if not adjustment.allowed:
+        raise CheckFailed(f"the agent refused a valid container: {adjustment.message}")
+
+
+def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
+    import signal
+
+    cap = s.capacity_mib
+    request, limit = max(1, cap // 8), max(2, cap // 4)
+    gran = MIB if s.simulated else 64 * MIB
+    held = max(1, cap // 8)
+    n_pod, n_adj = s.admit(_placement(held, held), "neighbour")
+    _refused(n_adj)
+    n_plan = {
+        "name": "neighbour",
+        "steps": [
+            {"op": "alloc", "bytes": within(held) * MIB},  # the headroom a real GPU's context needs
+            {"op": "touch"},
+            {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
+            # Every byte it held, as the suite's check judges it: read back what the touch wrote (a
+            # usage count misses pages scrubbed behind its back).
+            {"op": "verify"},
+        ],
+    }
+    neighbour = s.run(n_pod, n_adj, n_plan)
+    neighbour.wait_for("heartbeat 1", WORKLOAD_TIMEOUT_S, or_exit=True)
+    pod, adj = s.admit(_placement(request, limit))
+    _refused(adj)
+    plan = {
+        "name": "hard-limit",
+        "steps": [{"op": "alloc-until-oom", "granularity": gran, "limit": 2 * limit * MIB}],
+    }
+    run = s.run(pod, adj, plan).finish(WORKLOAD_TIMEOUT_S)
+    step = _step(run.result, "alloc-until-oom")
+    got = int(step.get("max_bytes", -1))
+    oom = step.get("oom") or {}
+    evidence = {
+        "limit_bytes": limit * MIB,
+        "max_allocated_bytes": got,
+        "stopped_by": step.get("stopped_by"),
+        "oom": oom,
+        "exit_code": run.exit_code,
+    }
+    verdict = judge_boundary(got // MIB, limit, "ideal" if s.simulated else "real", search=step)
+    evidence["boundary"] = verdict.as_fact()
+    time.sleep(0.3)  # a few of the neighbour's heartbeats after the out-of-memory
+    neighbour.proc.send_signal(signal.SIGTERM)
+    n_run = neighbour.finish(WORKLOAD_TIMEOUT_S)
+    beat = _step(n_run.result, "heartbeat")
+    read_back = _step(n_run.result, "verify")
+    lost = kept_bytes("the neighbour", within(held), read_back)
+    evidence["neighbour"] = {
+        "status": n_run.result.get("status"),
+        "heartbeat": beat,
+        "held_bytes": within(held) * MIB,
+        "read_back": {k: read_back.get(k) for k in ("outcome", "bytes", "mismatched", "bad")},
+        "kept_every_byte": bool(read_back) and not lost,
+    }
+    # "corrupted" is the read-back's own verdict after a heartbeat that ran to the signal: judged below.
+    if n_run.result.get("status") not in ("ok", "corrupted") or beat.get("ended_by") != "signal":
+        raise CheckFailed(f"the neighbour did not keep running: {n_run.result.get('status')}", evidence)
+    if beat.get("used_min") and min(beat["used_min"]) < within(held) * MIB:
+        raise CheckFailed("the neighbour lost memory it held while its neighbour ran out of memory", evidence)
+    if lost:
+        raise CheckFailed(f"{lost} while its neighbour ran into its limit beside it", evidence)
+    if step.get("stopped_by") != "oom":
+        raise CheckFailed(
+            f"no OOM: allocated {got // MIB} MiB against a limit of {limit} MiB "
+            f"(stopped by {step.get('stopped_by') or run.result.get('status')})",
+            evidence,
+        )
+    if not verdict.ok:
+        raise CheckFailed(f"OOM at {got / MIB:.0f} MiB, not at the limit: {verdict.problem}", evidence)
+    return (
+        f"OOM at {got / MIB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')}); "
+        f"neighbour kept every byte of its {within(held)} MiB",
+        evidence,
+    )
+
+
+def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
+    cap = s.capacity_mib
+    request, limit = max(1, cap // 8), max(2, cap // 2)
+    burst = within(limit)  # up to the limit, less the headroom a real GPU's context and pages need
+    pod, adj = s.admit(_placement(request, limit))
+    _refused(adj)
+    plan = {
+        "name": "borrowing",
+        "steps": [
+            {"op": "alloc", "bytes": burst * MIB, "chunk": max(1, burst // 4) * MIB},
+            {"op": "touch"},
+            {"op": "heartbeat", "interval": 0.2, "count": 3},
+            {"op": "free"},
+        ],
+    }
+    run = s.run(pod, adj, plan).finish(WORKLOAD_TIMEOUT_S)
+    alloc = _step(run.result, "alloc")
+    evidence = {
+        "request_mib": request,
+        "limit_mib": limit,
+        "allocated_mib": int(alloc.get("bytes", 0)) // MIB,
+        "status": run.result.get("status"),
+        "exit_code": run.exit_code,
+    }
+    evidence["evicted_pods"] = [ref.pod for ref, _at in s.kube.evictions]
+    if evidence["evicted_pods"]:
+        raise CheckFailed(f"the borrower was evicted on an idle GPU: {evidence['evicted_pods']}", evidence)
+    if run.exit_code != 0 or alloc.get("outcome") != "ok":
+        why = (alloc.get("oom") or {}).get("message") or run.result.get("status")
+        raise CheckFailed(f"borrowing {burst} MiB (request {request}, limit {limit}) failed: {why}", evidence)
+    return f"held {burst} MiB between request {request} MiB and limit {limit} MiB, not evicted", evidence
+
+
+def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
+    from enforcement.agent.kube import REASON_EVICTED, pod_ref
+
+    cap = s.capacity_mib
+    g_request = max(1, cap // 2)
+    b_request, b_limit = max(1, cap // 16), max(2, cap * 15 // 16)
+    borrow = cap * 13 // 16
+    guaranteed, g_adj = s.admit(_placement(g_request, g_request), "guaranteed")
+    _refused(g_adj)
+    borrower, b_adj = s.admit(_placement(b_request, b_limit), "borrower")
+    _refused(b_adj)
+    b_plan = {
+        "name": "borrower",
+        "steps": [
+            {"op": "alloc", "bytes": borrow * MIB, "chunk": max(1, cap // 16) * MIB},
+            {"op": "heartbeat", "interval": 0.2, "until_signal": "SIGTERM"},
+        ],
+    }
+    b_proc = s.run(borrower, b_adj, b_plan)
+    b_proc.wait_for("heartbeat 1", WORKLOAD_TIMEOUT_S, or_exit=True)
+    g_plan = {
+        "name": "guaranteed",
+        "steps": [
+            {
+                "op": "alloc",
+                "bytes": within(g_request) * MIB,
+                "chunk": max(1, g_request // 4) * MIB,
+                "retry_on_pressure": PRESSURE_RETRY_S,
+                "retry_on_oom": PRESSURE_RETRY_S,  # a real GPU says out-of-memory until the eviction lands
+                "retry_interval": 0.05,
+            },
+            {"op": "meminfo"},
+        ],
+    }
+    g_run = s.run(guaranteed, g_adj, g_plan).finish(WORKLOAD_TIMEOUT_S)
+    evicted = [ref.pod for ref, _at in s.kube.evictions]
+    b_run = None
+    if pod_ref(borrower).pod in evicted or b_proc.proc.poll() is not None:
+        b_run = b_proc.finish(30.0)  # evicted: its device calls now fail with "gone" and it exits
+    alloc = _step(g_run.result, "alloc")
+    events = [e.message for e in s.kube.events_for(REASON_EVICTED)]
+    evidence = {
+        "gpu_mib": cap,
+        "guaranteed": {"request_mib": g_request, "status": g_run.result.get("status"), "alloc": alloc},
+        "borrower": {
+            "request_mib": b_request,
+            "limit_mib": b_limit,
+            "borrowed_mib": borrow,
+            "status": b_run.result.get("status") if b_run else "still running",
+        },
+        "evicted_pods": evicted,
+        "eviction_events": events,
+        "reaction_s": s.core.metrics.value("gpu_fractioning_agent_last_eviction_reaction_seconds"),
+    }
+    if pod_ref(guaranteed).pod in evicted:
+        raise CheckFailed("the evictor evicted the Pod within its guarantee", evidence)
+    if pod_ref(borrower).pod not in evicted:
+        raise CheckFailed("the borrower was not evicted while a guaranteed neighbour needed memory", evidence)
+    if g_run.exit_code != 0 or alloc.get("outcome") != "ok":
+        raise CheckFailed(
+            f"the guaranteed Pod did not get its {g_request} MiB: {g_run.result.get('status')}", evidence
+        )
+    return (
+        f"borrower ({borrow} MiB, request {b_request}) evicted; guaranteed got {g_request} MiB "
+        f"(reaction {evidence['reaction_s']:.2f} s)",
+        evidence,
+    )
+
+
+def check_mode_guard(s: Session) -> tuple[str, dict[str, Any]]:
+    small = max(1, s.capacity_mib // 16)
+    first, a_adj = s.admit(_placement(small, small, ("0",), "time-slicing"), "time-slicing")
+    _refused(a_adj)
+    _second, b_adj = s.admit(_placement(small, small, ("0",), "sm-sharing"), "sm-sharing-same-gpu")
+    evidence: dict[str, Any] = {
+        "same_gpu": {"allowed": b_adj.allowed, "reason": b_adj.reason, "message": b_adj.message},
+        "events": [e.reason for e in s.kube.events],
+    }
+    if b_adj.allowed:
+        raise CheckFailed("an sm-sharing container was started on a GPU running time-slicing", evidence)
+    if not all(word in b_adj.message for word in ("time-slicing", "sm-sharing", first["metadata"]["name"])):
+        raise CheckFailed("the refusal does not name both modes and the other Pod", evidence)
+    if len(s.gpus) > 1:
+        _third, c_adj = s.admit(_placement(small, small, ("1",), "sm-sharing"), "sm-sharing-other-gpu")
+        evidence["other_gpu"] = {"allowed": c_adj.allowed, "message": c_adj.message}
+        if not c_adj.allowed:
+            raise CheckFailed("sm-sharing was refused on a GPU with no time-slicing client", evidence)
+    return (
+        f"refused on GPU 0 ({b_adj.reason}); {'allowed on GPU 1' if len(s.gpus) > 1 else '1 GPU'}",
+        evidence,
+    )
+
+
+def _hex(uuid: str) -> str:
+    return uuid.lower().removeprefix("gpu-").replace("-", "")
+
+
+def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
+    target = s.gpus[-1]
+    request, limit = max(1, s.capacity_mib // 16), max(2, s.capacity_mib // 4)
+    pod, adj = s.admit(_placement(request, limit, (str(target.index),)))
+    _refused(adj)
+    steps: list[dict[str, Any]] = [{"op": "meminfo"}]
+    if shutil.which("nvidia-smi", path=s.env(adj.env).get("PATH")):
+        steps.append({"op": "smi", "expect": "any"})
+    run = s.run(pod, adj, {"name": "visibility", "steps": steps}).finish(WORKLOAD_TIMEOUT_S)
+    devices = run.result.get("devices") or []
+    meminfo = _step(run.result, "meminfo").get("devices") or []
+    smi = _step(run.result, "smi").get("gpus")
+    evidence = {
+        "assigned": {"index": target.index, "uuid": target.uuid, "limit_mib": limit},
+        "env": {k: adj.env.get(k) for k in ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")},
+        "workload_devices": devices,
+        "meminfo": meminfo,
+        "nvidia_smi": smi,
+        "exit_code": run.exit_code,
+    }
+    if len(devices) != 1 or _hex(str(devices[0].get("uuid", ""))) != _hex(target.uuid):
+        raise CheckFailed(
+            f"the container sees {len(devices)} GPU(s), not exactly GPU {target.uuid}", evidence
+        )
+    if s.simulated:
+        # The simulated NVML shim reports the limit as total, as the operator's shim does in a Pod.
+        if not meminfo or int(meminfo[0].get("total", -1)) != limit * MIB:
+            raise CheckFailed(f"memory total is not the limit of {limit} MiB", evidence)
+        if not smi or len(smi) != 1 or int(smi[0].get("total_mib", -1)) != limit:
+            raise CheckFailed(f"nvidia-smi does not show one GPU of {limit} MiB", evidence)
+        return f"1 GPU ({target.uuid[:12]}...) of {limit} MiB in NVML and nvidia-smi", evidence
+    # A bare host has no container NVML shim: nvidia-smi shows the physical GPUs, so the rule
+    # (nvidia-smi lists the assigned GPUs with the limit as total) cannot be judged here.
+    raise CheckSkipped(
+        f"1 GPU ({target.uuid[:12]}...) visible to CUDA; a bare host has no container NVML shim, so what "
+        "nvidia-smi shows inside a container is judged by the suite's node profile, not here",
+        evidence,
+    )
+
+
+def check_release(s: Session) -> tuple[str, dict[str, Any]]:
+    from enforcement.agent.kube import pod_ref
+    from enforcement.agent.registry import client_name
+
+    request = max(1, s.capacity_mib // 4)
+    before = next(g.guaranteed_bytes for g in s.backend.usage().gpus if g.uuid == s.gpus[0].uuid)
+    pod, adj = s.admit(_placement(request, request))
+    _refused(adj)
+    run = s.run(pod, adj, {"name": "release", "steps": [{"op": "alloc", "bytes": request // 2 * MIB}]})
+    run.finish(WORKLOAD_TIMEOUT_S)
+    s.stop(pod)
+    usage = s.backend.usage()
+    name = client_name(pod_ref(pod, "main"))
+    after = next(g.guaranteed_bytes for g in usage.gpus if g.uuid == s.gpus[0].uuid)
+    evidence = {"client": name, "guaranteed_before": before, "guaranteed_after": after}
+    if usage.client(name) is not None or after != before:
+        raise CheckFailed("after StopContainer the backend still holds the container's guarantee", evidence)
+    return f"released: guarantee back to {before // MIB} MiB on GPU 0", evidence
+
+
+def check_fail_closed(s: Session) -> tuple[str, dict[str, Any]]:
+    """The suite's fail-closed, in process: the same malformed cases and the same judgement
+    (``conformance.test_failclosed``), against the reference agent, which refuses each itself and
+    names the key and the rule (``gpuconf-reference``'s description)."""
+    from conformance.test_failclosed import cases, placement, refusal_verdict
+    from enforcement.agent.kube import REASON_REJECTED
+    from enforcement.hook import REASON_CONFIG_ERROR
+
+    valid = _placement(64, 64)
+    problems: list[str] = []
+    seen: dict[str, Any] = {}
+    for case in cases(len(s.gpus)):
+        pod, adj = s.admit(placement(valid, case), case.name)
+        uid = pod["metadata"]["uid"]
+        events = [e.message for e in s.kube.events if e.ref.pod_uid == uid and e.reason == REASON_REJECTED]
+        said = [f"{adj.reason}: {adj.message}", *(f"{REASON_REJECTED}: {m}" for m in events)]
+        seen[case.name] = {"value": case.shown, "rule": case.rule, "allowed": adj.allowed, "said": said[-2:]}
+        problem = refusal_verdict(case, adj.allowed, said, True)
+        if not problem and not adj.allowed and adj.reason != REASON_CONFIG_ERROR:
+            problem = f"{case.name} was refused with reason {adj.reason}, not {REASON_CONFIG_ERROR}"
+        if not problem and not adj.allowed and not events:
+            problem = f"{case.name} was refused, but no {REASON_REJECTED} Event was recorded"
+        if problem:
+            problems.append(problem)
+        if adj.allowed:
+            s.stop(pod)  # release what a broken agent fenced, so the next case starts from an idle GPU
+    evidence = {"malformed": seen}
+    if problems:
+        raise CheckFailed("; ".join(problems), evidence)
+    return (
+        f"{len(seen)} malformed placements refused ({REASON_CONFIG_ERROR}), each naming key and rule",
+        evidence,
+    )
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    id: str
+    """The catalog id: the declaration (statement, level, party) is the suite's check of that id."""
+    run: Callable[[Session], tuple[str, dict[str, Any]]]
+    alias: str = ""
+    """The probe's name for it before the probe joined the catalog (still accepted by ``--check``)."""
+    module: str = ""
+    """The ``conformance`` module that declares it."""
+
+    @property
+    def declared(self) -> Check:
+        import importlib
+
+        from fixtures.suite.checks import REGISTRY
+
+        importlib.import_module(f"conformance.{self.module}")
+        declared = REGISTRY[self.id]
+        if "probe" not in declared.profiles:
+            raise RuntimeError(f"catalog check {self.id} does not list the probe profile")
+        return declared
+
+    @property
+    def statement(self) -> str:
+        return self.declared.statement
+
+
+CHECKS: tuple[ProbeCheck, ...] = (
+    ProbeCheck("hard-limit-oom", check_hard_limit, "hard-limit", "test_memory_limits"),
+    ProbeCheck("burst-borrowing", check_borrowing, "borrowing", "test_memory_limits"),
+    ProbeCheck("soft-limit-eviction", check_pressure_eviction, "pressure-eviction", "test_eviction"),
+    ProbeCheck("mode-guard", check_mode_guard, "", "test_compute"),
+    ProbeCheck("smi-visibility", check_visibility, "visibility", "test_visibility"),
+    ProbeCheck("release-on-exit", check_release, "release", "test_release"),
+    ProbeCheck("fail-closed", check_fail_closed, "", "test_failclosed"),
+)
+CHECK_IDS = tuple(c.id for c in CHECKS)
+ALIASES = {c.alias: c.id for c in CHECKS if c.alias}
+
+
+def check_id(name: str) -> str:
+    """A catalog id from a catalog id or one of the probe's older names."""
+    return ALIASES.get(name, name)
