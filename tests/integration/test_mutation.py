@@ -43,7 +43,8 @@ def mutation(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, A
         f"--report-dir={out}",
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    # Every seeded fault (49 runs) on 2 busy cores: about 20-25 minutes; the limit leaves room.
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3000, env=env)
     report = out / "mutation.json"
     data = json.loads(report.read_text()) if report.exists() else {}
     return proc.returncode, data, proc.stdout + proc.stderr, out

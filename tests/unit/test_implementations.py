@@ -394,3 +394,30 @@ def test_a_config_prefix_is_what_the_suite_writes_and_reads() -> None:
         with pytest.raises(ValueError, match="annotation prefix"):
             contract.use_annotation_prefix(bad)
     assert contract.annotation_prefix() == contract.NVIDIA_PREFIX
+
+
+def test_an_agent_named_by_its_daemon_sets_is_found_by_their_pod_selector() -> None:
+    from fixtures.suite.frame import RunOptions
+    from fixtures.suite.implementation import Settled, apply
+
+    gen1 = _node("operator-gen1")
+    assert not gen1.agent.selector  # the record names its DaemonSets, not their labels
+    daemons = (
+        {"name": "gpu-sharing-mpsd", "namespace": "gs", "labels": {}, "podSelector": "app=mpsd"},
+        {"name": "gpu-sharing-sharingd", "namespace": "gs", "labels": {}, "podSelector": "app=sharingd"},
+    )
+    observed = _seen({"gpu-sharing.nvidia.com/Ready"}, ("GpuSharingConfig",), daemons)
+    contract_part = builtins()["contract-scheduler"].scheduler
+    assert contract_part is not None
+    settled = Settled(
+        gen1, contract_part, {"node": "detected", "scheduler": "default"}, "operator-gen1", "", observed
+    )
+    options = RunOptions("x", ("node",), frozenset(), "r")
+    opened = apply(options, settled, None)
+    # The agent (sharingd, listed first in the description), not the API's alphabetical first.
+    assert opened.agent_selector == "app=sharingd" and opened.agent_namespace == "gs"
+    assert opened.extra["agentSelectorFrom"] == "DaemonSet gs/gpu-sharing-sharingd"
+    from dataclasses import replace
+
+    given = apply(replace(options, agent_selector="mine=1"), settled, None)
+    assert given.agent_selector == "mine=1"  # a selector given on the command line stays
