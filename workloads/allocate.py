@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -154,7 +155,12 @@ class Runner:
         self._environ = os.environ if environ is None else environ
         self._held: list[_Held] = []
         self._signals: set[str] = set()  # latched awaited signals, consumed by the step awaiting them
-        self._signal_event = threading.Event()
+        self._wake: tuple[int, int] | None = None
+        """A pipe the signal handler writes a byte to, so a wait in ``_sleep`` wakes for a latched
+        signal. Not a ``threading.Event``: a terminating signal raises out of the handler, and raised
+        inside ``Event.wait`` it left the event's lock half-released ('release unlocked lock'), which
+        lost the result of a run stopped during a hold. ``select`` on a pipe holds no Python lock, so
+        an exception from the handler leaves it cleanly."""
         self._install = install_signal_handlers
         self._ending = ending
         """The process ends after this run (the CLI): a terminating signal after the plan is ignored."""
@@ -190,7 +196,9 @@ class Runner:
         name = signal.Signals(signum).name
         if name in self.plan.awaited_signals:
             self._signals.add(name)
-            self._signal_event.set()
+            if self._wake is not None:
+                with contextlib.suppress(OSError):  # full (a wake-up is already pending) or closed
+                    os.write(self._wake[1], b"s")
         elif name in TERMINATING_SIGNALS:
             raise Terminated(name)
 
@@ -253,6 +261,7 @@ class Runner:
         }
         records: list[dict[str, Any]] = []
         failure: _Failure | None = None
+        self._open_wake()
         restore = self._install_signals()
         try:
             try:
@@ -274,6 +283,7 @@ class Runner:
             self.say(f"terminated by {exc.signame}")
         finally:
             restore()
+            self._close_wake()
         if failure is not None:
             code = failure.code
             result["error"] = failure.error
@@ -552,7 +562,26 @@ class Runner:
 
     def _sleep(self, seconds: float) -> None:
         # Wakes early for a latched signal; the caller re-checks its own conditions.
-        self._signal_event.wait(max(0.0, seconds))
+        seconds = max(0.0, seconds)
+        if self._wake is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self._wake[0]], [], [], seconds)
+        if ready:
+            with contextlib.suppress(OSError):
+                os.read(self._wake[0], 4096)  # drain: the latched set, not the bytes, says what came
+
+    def _open_wake(self) -> None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        self._wake = (read_end, write_end)
+
+    def _close_wake(self) -> None:
+        wake, self._wake = self._wake, None
+        for fd in wake or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _until_reached(self, until: Until, started: float, beats: int) -> str | None:
         if until.signal and until.signal in self._signals:
@@ -578,9 +607,7 @@ class Runner:
         started = time.monotonic()
         self.say(f"holding {_mib(self.held_bytes())} until {self._describe_until(step.until)}")
         while (ended_by := self._until_reached(step.until, started, 0)) is None:
-            self._signal_event.clear()
-            if (ended_by := self._until_reached(step.until, started, 0)) is not None:
-                break
+            # A signal latched after the check still wakes the sleep: its byte waits in the pipe.
             self._sleep(self._next_wait(step.until, started, 1.0))
         return "ok", {
             "ended_by": ended_by,
@@ -621,7 +648,6 @@ class Runner:
             self.say(f"heartbeat {beats} at {now - started:.2f}s, held {held}, device used [{used}]")
             next_beat = started + beats * step.interval_s
             while (ended_by := self._until_reached(step.until, started, beats)) is None:
-                self._signal_event.clear()
                 left = next_beat - time.monotonic()
                 if left <= 0:
                     break

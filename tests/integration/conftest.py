@@ -72,7 +72,11 @@ def sandbox() -> Iterator[Sandbox]:
 
 @pytest.fixture
 def namespace(sandbox: Sandbox) -> Iterator[str]:
-    """A fresh namespace, deleted afterwards (the namespace controller finishes the job)."""
+    """A fresh namespace, deleted afterwards (the namespace controller finishes the job).
+
+    Its Pods are deleted first with no grace period: this sandbox has no kubelet, and a bound Pod's
+    graceful deletion waits for a kubelet to confirm it, so the namespace controller's own deletion
+    left them Terminating for good, holding GPU fractions that later tests (on empty GPUs) found."""
     from kubernetes.client.rest import ApiException
 
     core = sandbox.core_v1()
@@ -80,6 +84,7 @@ def namespace(sandbox: Sandbox) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name, "labels": {"gpuconf.io/test": "true"}}})
     yield name
     try:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         core.delete_namespace(name)
     except ApiException as exc:
         if exc.status != 404:
