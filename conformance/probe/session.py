@@ -9,13 +9,14 @@ and ``CheckSkipped``; ``conformance.probe.checks`` holds them.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from enforcement.children import stop_child
 
 if TYPE_CHECKING:
     from enforcement.backends import Backend
@@ -162,13 +163,7 @@ class Session:
         from enforcement.agent.registry import client_name
 
         for proc in self._procs:
-            if proc.proc.poll() is None:
-                proc.proc.terminate()
-                try:
-                    proc.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.proc.kill()
-                    proc.proc.wait()
+            stop_child(proc.proc, 10)
             for stream in (proc.proc.stdout, proc.proc.stderr):
                 if stream is not None:
                     stream.close()

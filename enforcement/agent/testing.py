@@ -23,6 +23,7 @@ from enforcement.agent.kube import RecordingKube
 from enforcement.agent.metrics import Metrics
 from enforcement.agent.options import AgentOptions
 from enforcement.backends.sim import SimBackend
+from enforcement.children import stop_child
 
 
 @dataclass
@@ -133,13 +134,7 @@ class AgentProcess:
     def stop(self, timeout_s: float = 15.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, timeout_s)
         self._close()
         return self.proc.returncode
 

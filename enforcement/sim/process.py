@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from enforcement.children import stop_child
+
 from . import ADMIN_TOKEN_ENV
 from .admin import AdminClient
 
@@ -123,13 +125,7 @@ class ServerProcess:
         return cls(proc, ready, token, log_path)
 
     def stop(self, timeout_s: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, timeout_s)
         if self.proc.stdout is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdout.close()
