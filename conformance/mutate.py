@@ -237,7 +237,12 @@ def run_mutation(
         *extra,
         f"--reaction-period={reaction_period(fidelity):g}",
         f"--retry-period={SANDBOX_RETRY_S:g}",
+        # Each run's Pods must be gone before the next one counts GPUs; its namespaces need not be (the
+        # namespace controller holds each deletion 5 s: about a minute and a half over every run).
+        "--cleanup=pods",
     ]
+    # A fault run is read from its run.json alone; the control keeps every report (they are shown).
+    fault_only = ["--reports=none"]
     box = Sandbox(config)
     box.down()
     log(f"mutation: sandbox ({fidelity} fidelity) with {len(schedulers)} scheduler(s) ...")
@@ -256,6 +261,7 @@ def run_mutation(
                     "--skip-preflight",
                     *only,
                     *extra,
+                    *fault_only,
                 )
             )
             found = _fault_result(fault, "scheduler", SCHEDULER_FAULTS[fault].breaks, run, took)
@@ -307,6 +313,7 @@ def run_mutation(
                         f"--gpu-node-selector={HOSTNAME}={node}",
                         *_only(EXPECTED_AGENT, fault, quick),
                         *extra,
+                        *fault_only,
                     )
                 )
                 found = _fault_result(fault, "agent", AGENT_FAULTS[fault], run, took)

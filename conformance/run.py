@@ -29,11 +29,12 @@ from fixtures.sandbox.cli import add_sandbox_options, sandbox_from_args, schedul
 from fixtures.sandbox.errors import SandboxError
 from fixtures.sandbox.scheduler.component import parse_specs
 from fixtures.suite.checks import FEATURES, PROFILES, SUITE_PROFILES
+from fixtures.suite.cleanup import CLEANUP_MODES
 from fixtures.suite.cluster import Cluster, ClusterError, in_cluster
 from fixtures.suite.invocation import REFERENCE_SCHEDULERS_ENV
 from reports.cli import add_implementation_options, baseline_check, implementation_from
 from reports.model import EXIT_USAGE, load_run
-from reports.render import render_all
+from reports.render import FORMATS, render_all
 from reports.submitter import SubmitterError
 
 EXIT_INTERRUPTED = 130
@@ -71,6 +72,10 @@ def validate(args: argparse.Namespace) -> str | None:
         return f"--timeout-scale {args.timeout_scale}: must be a positive number"
     if args.workers < 1:
         return f"--workers {args.workers}: must be at least 1"
+    try:
+        report_formats(getattr(args, "reports", "all"))
+    except ValueError as exc:
+        return str(exc)
     try:
         implementation_from(args)
     except SubmitterError as exc:
@@ -147,6 +152,8 @@ def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: st
         out.append(f"--retry-period={retry:g}")
     if args.skip_preflight:
         out.append("--skip-preflight")
+    if getattr(args, "cleanup", "wait") != "wait":
+        out.append(f"--cleanup={args.cleanup}")
     if args.workers > 1:
         out += ["-n", str(args.workers)]
     return out + list(args.pytest_args or [])
@@ -276,6 +283,22 @@ def _run_suite(args: argparse.Namespace) -> int:
     return rc
 
 
+def report_formats(value: str) -> tuple[str, ...]:
+    """``--reports``: ``all``, ``none`` or a comma list of ``reports.render.FORMATS``."""
+    if value.strip() == "all":
+        return FORMATS
+    if value.strip() == "none":
+        return ()
+    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise ValueError(
+            f"--reports {value!r}: {', '.join(map(repr, unknown)) or 'nothing'} is not a report format; "
+            f"give all, none, or a comma list of {', '.join(FORMATS)}"
+        )
+    return chosen
+
+
 def _reports(args: argparse.Namespace) -> int:
     """Render every report from the run's records, and compare with ``--baseline``; 1 on a regression."""
     run_json = args.report_dir / "run.json"
@@ -286,8 +309,9 @@ def _reports(args: argparse.Namespace) -> int:
     if impl is not None:  # who submits belongs to the run's record: report bundle and verify read it there
         record.implementation = impl
         run_json.write_text(json.dumps(record.as_dict(), indent=2, default=str) + "\n")
-    written = render_all(record, args.report_dir, implementation=impl)
-    print(f"gpuconf: reports: {', '.join(str(p) for p in written)}")
+    written = render_all(record, args.report_dir, implementation=impl, formats=report_formats(args.reports))
+    if written:
+        print(f"gpuconf: reports: {', '.join(str(p) for p in written)}")
     if args.baseline is not None and baseline_check(record, args.baseline) == 1:
         return 1
     return 0
@@ -369,6 +393,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     how.add_argument(
         "--skip-preflight", action="store_true", help="skip the checks of the cluster before the suite"
+    )
+    how.add_argument(
+        "--reports",
+        default="all",
+        metavar="FORMATS",
+        help=f"the reports written beside run.json: all (default), none, or a comma list of "
+        f"{', '.join(FORMATS)} (`gpuconf report render` writes any of them later from run.json)",
+    )
+    how.add_argument(
+        "--cleanup",
+        choices=CLEANUP_MODES,
+        default="wait",
+        help="at the end, wait until the run's namespaces are gone (wait, the default) or only its Pods "
+        "(pods: the namespace controller finishes the namespaces; it holds each deletion about 5 s)",
     )
     how.add_argument(
         "--agent-namespace", default=None, help="namespace of the node agent's Pods (agent-restart)"

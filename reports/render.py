@@ -45,7 +45,10 @@ def render(
 
 
 def render_all(
-    record: RunRecord, directory: Path, implementation: Implementation | None = None
+    record: RunRecord,
+    directory: Path,
+    implementation: Implementation | None = None,
+    formats: tuple[str, ...] = FORMATS,
 ) -> list[Path]:
-    """Write every format of ``record`` into ``directory`` (the run's report directory)."""
-    return [render(record, directory, fmt, implementation) for fmt in FORMATS]
+    """Write each of ``formats`` (default: every one) of ``record`` into ``directory``."""
+    return [render(record, directory, fmt, implementation) for fmt in formats]

@@ -101,3 +101,22 @@ def test_sigint_mid_run_leaves_nothing_behind(box: Sandbox, tmp_path: Path) -> N
 
     held = client.CoordinationV1Api(leases).list_lease_for_all_namespaces(label_selector=selector).items
     assert held == [], [lease.metadata.name for lease in held]
+
+
+def test_cleanup_pods_leaves_no_pod_and_only_terminating_namespaces(box: Sandbox, tmp_path: Path) -> None:
+    """``--cleanup=pods`` (what the mutation run uses) returns once the run's Pods are gone; its
+    namespaces may still be terminating, never active. ``--reports=yaml`` renders that report alone
+    (the plugin's own junit.xml and run.json are written whatever it says)."""
+    run_id = f"pods-{int(time.time())}"
+    rc, record, output = gpuconf_run(
+        box, tmp_path, "gpuconf-reference", "--check=release-on-completion", "--cleanup=pods",
+        "--reports=yaml", "--", "--run-id", run_id,
+    )  # fmt: skip
+    assert rc == 0, output
+    assert set(outcomes(record).values()) == {"passed"}, output
+    core = box.core_v1()
+    selector = f"gpuconf.io/run={run_id}"
+    assert core.list_pod_for_all_namespaces(label_selector=selector).items == [], output
+    assert {ns.status.phase for ns in core.list_namespace(label_selector=selector).items} <= {"Terminating"}
+    assert (tmp_path / "report.yaml").is_file()
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "allure-results").exists()
