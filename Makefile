@@ -7,6 +7,11 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed
 
+# Every check run, simulated container and sandbox component is a fresh Python process: without
+# bytecode caches each compiles the modules it imports again (a second or two of CPU apiece, on every
+# one of the thousands a `make test` starts). An environment that forbids writing them loses that.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: setup binaries runtime conformance test unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
