@@ -192,6 +192,13 @@ def devices_must_be_on_the_node(
             not is_index and uuids and gpu not in uuids
         ):
             problems.append(f"GPU {gpu} is not one of node {snapshot.node}'s {count} GPUs [devices-unknown]")
+    if not uuids and any(not g.isdigit() for g in gpus):
+        # A UUID can be matched only against the node's list, which it neither publishes nor gave
+        # a discovery Pod: say so rather than pass it.
+        suite.not_judged(
+            f"{name}: devices by UUID exist on {snapshot.node}",
+            "the node publishes no GPU UUIDs and no device-discovery Pod learned them",
+        )
     suite.evidence.pod(name, devicesWritten=written, nodeGpus=list(uuids) or count)
     if problems:
         raise fail(f"{name}: " + "; ".join(problems))

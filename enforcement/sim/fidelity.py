@@ -17,7 +17,10 @@ size and its source):
 - kernels follow a cost model: each occupies a share of the SMs (``sm_fraction``); sm-sharing
   kernels that together ask for more than the whole GPU slow each other down in proportion, small
   ones run at full speed side by side; time-slicing clients take turns in slices of
-  ``timeslice_s``, so their kernel spans stretch and overlap as on a real GPU.
+  ``timeslice_s``, so their kernel spans stretch and overlap as on a real GPU;
+- devices are known by UUID only: the Nodes carry GPU feature discovery's labels and nothing of
+  gpuconf's (``node_conveniences``), and the simulated ``nvidia-smi -L`` lists the UUIDs a
+  container was given.
 
 Nothing here pretends to be a GPU: logs, results and reports name it "simulated H200".
 """
@@ -49,6 +52,11 @@ class Fidelity:
     """How the sandbox's reference agent evicts in this fidelity (its ``--evict-by``)."""
     agent_reaction_period_s: float = 0.0
     """The sandbox's reference agent's reaction period in this fidelity (its ``--reaction-period``)."""
+    node_conveniences: bool = True
+    """Whether the sandbox's Nodes carry gpuconf's own conveniences (the annotation
+    ``gpuconf.io/gpu-uuids``, the labels ``gpuconf.io/simulated`` and ``gpuconf.io/pool``). Without
+    them a Node carries only what a real GPU node does, and every party learns the GPUs' UUIDs as on
+    a real cluster (``enforcement.discovery``)."""
 
     def charge(self, nbytes: int) -> int:
         """What an allocation of ``nbytes`` costs the ledger: whole pages."""
@@ -82,6 +90,7 @@ PROFILES: Final = {
         timeslice_s=H200_TIMESLICE_S,
         agent_evict_by="cuda-error",
         agent_reaction_period_s=H200_AGENT_REACTION_S,
+        node_conveniences=False,
     ),
 }
 

@@ -74,7 +74,10 @@ def test_each_node_gets_device_agent_runtime_in_order(stub: StubSandbox) -> None
         "--hook-socket": str(dirs.hook),
         "--work-dir": str(dirs.work),
         "--sim-dir": str(dirs.sim),
+        # the simulated device plugin gets the same GPU file as the device server
+        "--gpus": args["--gpus"],
     }
+    assert args["--gpus"] in by_name["sim/gpu-a-0"].argv
     agent = by_name["agent/gpu-a-0"].argv
     assert agent[1:3] == ("-m", "enforcement.agent") and "--backend" in agent and "sim" in agent
     assert ("runtime-gpu-a-0", "gpuconf:runtime:gpu-a-0", (rbac.RUNTIME_GROUP,)) in stub.issued

@@ -258,6 +258,9 @@ def test_rbac_grants_exactly_the_calls_the_scheduler_makes() -> None:
         ("pods", "list"),
         ("pods", "watch"),
         ("pods", "patch"),
+        ("pods", "create"),  # device discovery
+        ("pods", "delete"),
+        ("namespaces", "create"),
         ("pods/binding", "create"),
         ("pods/status", "patch"),
         ("nodes", "list"),
