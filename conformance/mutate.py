@@ -12,10 +12,10 @@ The order of the work follows what each fault can affect, and reuses one sandbox
 1. **control**: every profile against the unbroken reference scheduler and agent. It must pass, or
    nothing after it means anything (exit 1, and no score).
 2. **scheduler faults**: one sandbox runs every broken scheduler side by side (``m-<fault>``); each is
-   judged on the ``scheduler`` profile, a few runs at a time (node leases keep them apart).
+   judged on the ``scheduler`` profile, one run per node at a time (node leases keep them apart).
    ``leak-completed`` goes first and alone: it never forgets a Pod, so after other runs it is full.
-3. **agent faults**: two at a time, one per node (``--agent-fault NODE:F``); each run is pinned to its
-   node (``--gpu-node-selector``) and judged on the ``node`` profile.
+3. **agent faults**: one per node at a time (``--nodes``, four by default; ``--agent-fault NODE:F``);
+   each run is pinned to its node (``--gpu-node-selector``) and judged on the ``node`` profile.
 
 ``leak-completed`` (which counts every Pod it ever saw) is judged on its expected check alone: on
 the rest of the profile it fails only as a consequence of that leak. ``--quick`` narrows every fault
@@ -210,28 +210,51 @@ def _timed(
     return func(), time.monotonic() - started
 
 
+DEFAULT_NODES = 4
+"""GPU nodes of the mutation's sandbox. A scheduler check leases whole nodes and an agent fault runs
+on a node of its own, so the nodes bound how many runs go at once; the runs mostly wait (on binds,
+reaction periods, workloads), so four at a time keep two cores busy where two left them idle."""
+
+TOPOLOGY = """# Written by gpuconf mutate: the default sandbox's GPUs, on {nodes} nodes.
+apiVersion: gpuconf.io/v1alpha1
+kind: SandboxTopology
+pools:
+  - name: gpu-a
+    nodes: {nodes}
+    gpusPerNode: 4
+    product: NVIDIA-H200
+    memoryMiB: 143771
+"""
+
+
 def run_mutation(
     scheduler_faults: Sequence[str],
     agent_faults: Sequence[str],
     out: Path,
     *,
-    parallel: int = 3,
+    parallel: int = 0,
     state_dir: Path | None = None,
     extra: Sequence[str] = (),
     quick: bool = False,
     fidelity: str = "ideal",
     control_workers: int = 1,
+    nodes: int = DEFAULT_NODES,
     log: Callable[[str], None] = print,
 ) -> MutationReport:
     started = time.monotonic()
     schedulers = ("reference", *(f"reference/m-{f}:{f}" for f in scheduler_faults))
+    topology = Path(out, "topology.yaml")
+    topology.parent.mkdir(parents=True, exist_ok=True)
+    topology.write_text(TOPOLOGY.format(nodes=nodes))
     config = SandboxConfig(
         state_dir=state_dir or Path(out, "sandbox"),
         ports=Ports.free(),
+        topology=str(topology),
         schedulers=schedulers,
         node_runtime=True,
         fidelity=fidelity,
     )
+    parallel = parallel or nodes
     # The runs judge the sandbox as a cluster (--kubeconfig): tell them its agent's reaction period.
     extra = [
         *extra,
@@ -293,11 +316,11 @@ def run_mutation(
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             results += list(pool.map(scheduler_run, rest))
 
-        nodes = [
+        gpu_nodes = [
             n.metadata.name for n in box.core_v1().list_node(label_selector="nvidia.com/gpu.count").items
         ]
-        for i in range(0, len(agent_faults), len(nodes)):
-            batch = list(zip(nodes, agent_faults[i : i + len(nodes)], strict=False))
+        for i in range(0, len(agent_faults), len(gpu_nodes)):
+            batch = list(zip(gpu_nodes, agent_faults[i : i + len(gpu_nodes)], strict=False))
             faulty = Sandbox(replace(config, agent_faults=tuple(f"{node}:{fault}" for node, fault in batch)))
             faulty.up(log=lambda m: None)
 
@@ -381,6 +404,9 @@ def _pick(
 def cmd_mutate(args: argparse.Namespace) -> int:
     scheduler_faults = _pick(args.scheduler_faults, dict(SCHEDULER_FAULTS), "scheduler")
     agent_faults = _pick(args.agent_faults, dict(AGENT_FAULTS), "agent", canonical_fault)
+    if args.nodes < 2:
+        print(f"gpuconf: error: --nodes must be 2 or more, not {args.nodes}", file=sys.stderr)
+        return 2
     if args.control_workers < 1:
         print(
             f"gpuconf: error: --control-workers must be 1 or more, not {args.control_workers}",
@@ -400,6 +426,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
                 agent_faults,
                 out.resolve(),
                 parallel=args.parallel,
+                nodes=args.nodes,
                 extra=extra,
                 quick=args.quick,
                 fidelity=fidelity,
@@ -468,7 +495,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scheduler-faults", action="append", help="all (default), none, or a comma list")
     parser.add_argument("--agent-faults", action="append", help="all (default), none, or a comma list")
     parser.add_argument(
-        "--parallel", type=int, default=3, help="scheduler-fault runs at a time (%(default)s)"
+        "--nodes",
+        type=int,
+        default=DEFAULT_NODES,
+        help="simulated GPU nodes of the mutation's sandbox (%(default)s): agent-fault runs go one per node",
+    )
+    parser.add_argument(
+        "--parallel", type=int, default=0, help="scheduler-fault runs at a time (default: one per node)"
     )
     parser.add_argument(
         "--control-workers",
