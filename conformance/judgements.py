@@ -21,6 +21,9 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
   pattern it wrote there; a usage counter cannot show pages scrubbed or swapped behind its back.
 - **Start barrier** (``shared_window``): neighbours released together compute side by side; the
   window both computed in is what the comparison rests on.
+- **Mode guard** (``Intrusion``, ``judge_intrusion``): a container placed on a GPU that runs the other
+  compute mode must not start, and something it says (its waiting state, a Warning Event) must name
+  both modes; judged the same either way round, and the same after an agent restart.
 """
 
 from __future__ import annotations
@@ -356,3 +359,63 @@ def kernel_rates(steps: Sequence[Mapping[str, Any]]) -> float:
     end = max(_end(s) for s in steps)
     kernels = sum(int(s.get("kernels") or 0) for s in steps)
     return round(kernels / (end - start), 2) if end > start else 0.0
+
+
+# ----------------------------------------------------------------------------------- mode guard
+
+
+@dataclass(frozen=True)
+class Intrusion:
+    """A container placed on a GPU that already runs the other compute mode: who asks, who holds it."""
+
+    pod: str
+    asks: str
+    """The mode it asks for, as written (``time-slicing``, ``sm-sharing``, or no annotation: the
+    default, time-slicing)."""
+    gpu: str
+    holder: str
+    """The Pod already running on ``gpu``."""
+    holder_mode: str
+    written: bool = True
+    """Whether its mode annotation is written; False: none, so it is time-slicing by default."""
+
+    @property
+    def shown(self) -> str:
+        return self.asks if self.written else f"{self.asks}, no mode annotation"
+
+    def as_fact(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "asks": self.shown,
+            "gpu": self.gpu,
+            "holder": self.holder,
+            "holderMode": self.holder_mode,
+        }
+
+
+def names_mode_conflict(text: str) -> bool:
+    """Whether ``text`` says that the compute modes conflict: it names both of them."""
+    low = text.lower()
+    return SM_SHARING in low and TIME_SLICING in low
+
+
+def judge_intrusion(
+    intrusion: Intrusion, started: bool, said: Sequence[str], *, final: bool = True
+) -> str | None:
+    """The mode guard's judgement of one intrusion: empty when it did not start and something it said
+    names both modes; a problem when not; None while not ``final`` and it may still settle (the node
+    has time left to refuse, or to explain)."""
+    what = f"{intrusion.pod} ({intrusion.shown})"
+    if started:
+        return (
+            f"{what} started on GPU {intrusion.gpu}, which already runs {intrusion.holder} "
+            f"({intrusion.holder_mode}): the node mixed the compute modes"
+        )
+    if any(names_mode_conflict(s) for s in said):
+        return ""
+    if not final:
+        return None
+    return (
+        f"{what} did not start on GPU {intrusion.gpu} beside {intrusion.holder} ({intrusion.holder_mode}), "
+        f"but nothing it says names the compute modes' conflict{': ' + said[-1] if said else ''}"
+    )

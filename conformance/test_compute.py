@@ -20,23 +20,27 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from conformance.judgements import (
+    Intrusion,
     calibrated_matrix,
     compare_modes,
     compute_step,
     device_fidelity,
+    judge_intrusion,
     judge_modes,
     too_short,
 )
+from conformance.test_failclosed import explanations
 from enforcement.agent.environment import ENV_THREAD_PERCENTAGE
-from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
+from enforcement.contract import SM_SHARING, SUFFIX_MODE, TIME_SLICING, Mode, nvidia_key
 from enforcement.implementations import MECHANISMS
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
-from fixtures.suite.scenario import NotJudged, Placed, Stage, mib, plan, require
+from fixtures.suite.manifests import placement_annotations
+from fixtures.suite.scenario import CONTAINER, NotJudged, Placed, Stage, mib, plan, require
 from fixtures.suite.waiting import WaitTimeout, wait_until
 
 SHARE: Final = 0.3
@@ -313,64 +317,109 @@ def test_fault_isolation(suite: Suite) -> None:
 # ---------------------------------------------------------------------------------------- mode-guard
 
 GUARD_EXPLAIN_S: Final = 15.0
+"""How long the node has to refuse every intruder and say why (the reference agent: well under a
+second). One wait for all of them: their Pods are created at once."""
+INTRUDER_SHARE: Final = 0.05
+
+
+def hold_plan(name: str) -> dict[str, Any]:
+    """A workload that is Ready and beats until the suite stops it: a GPU's mode while it runs."""
+    return plan(name, {"op": "ready"}, {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"})
+
+
+def intrude(stage: Stage, name: str, slot: int, mode: Mode | None, holder: Placed) -> Intrusion:
+    """Create Pod ``name`` on free GPU ``slot``, which ``holder`` runs, asking for ``mode`` (None: no
+    mode annotation, so time-slicing by default). The node profile only: the suite writes the
+    placement, as no correct scheduler would."""
+    size = stage.mib(INTRUDER_SHARE)
+    annotations = placement_annotations(
+        CONTAINER, size, size, stage.free[slot : slot + 1], mode or TIME_SLICING
+    )
+    if mode is None:
+        del annotations[nvidia_key(CONTAINER, SUFFIX_MODE)]
+    stage.pod(name, plan(name, {"op": "hold", "seconds": 60}), request_mib=size, annotations=annotations)
+    return Intrusion(
+        pod=name,
+        asks=mode or TIME_SLICING,
+        gpu=", ".join(holder.gpus),
+        holder=holder.name,
+        holder_mode=holder.mode,
+        written=mode is not None,
+    )
+
+
+def settle_intrusions(
+    suite: Suite, stage: Stage, intrusions: Sequence[Intrusion]
+) -> dict[str, dict[str, Any]]:
+    """Wait (once, for all) until each intrusion started or was refused naming the modes; then each
+    one's judgement (``problem``: empty when it holds) and evidence."""
+    names = [i.pod for i in intrusions]
+    said: dict[str, list[str]] = {}
+
+    def settled() -> bool:
+        said.update(said_by(suite, names))
+        return all(
+            judge_intrusion(i, stage.ran(i.pod), said[i.pod], final=False) is not None for i in intrusions
+        )
+
+    try:
+        wait_until(settled, "every intruder to start or be refused", suite.timeout(GUARD_EXPLAIN_S))
+    except WaitTimeout:
+        pass  # the judgements below say which did not settle, and how
+    said.update(said_by(suite, names))
+    return {
+        i.pod: {
+            **i.as_fact(),
+            "started": stage.ran(i.pod),
+            "said": said[i.pod][-3:],
+            "problem": judge_intrusion(i, stage.ran(i.pod), said[i.pod]) or "",
+        }
+        for i in intrusions
+    }
+
+
+def said_by(suite: Suite, names: Sequence[str]) -> dict[str, list[str]]:
+    """What each Pod says about its container (waiting state, Warning Events), from one read of the
+    namespace's Events."""
+    by_pod: dict[str, list[Mapping[str, Any]]] = {}
+    for event in suite.events():
+        by_pod.setdefault((event.get("involvedObject") or {}).get("name") or "", []).append(event)
+    return {n: explanations(suite.pod(n), by_pod.get(n, [])) for n in names}
 
 
 @check(
     id="mode-guard",
     level="MUST",
-    statement="A container placed on a GPU that already runs the other compute mode MUST NOT start, and its "
-    "status or Events MUST say that the modes conflict.",
+    statement="A container placed on a GPU that already runs the other compute mode MUST NOT start, either "
+    "way round (sm-sharing beside time-slicing, and time-slicing, also by default with no mode annotation, "
+    "beside sm-sharing), and its status or Events MUST say that the modes conflict.",
     profiles=("node", "probe"),
     features=("sm-sharing",),
     seed="003/4",
-    needs=Needs(nodes=1, gpus=1, idle=True),
+    needs=Needs(nodes=1, gpus=2, idle=True),
 )
 def test_mode_guard(suite: Suite) -> None:
     # Node profile only: a correct scheduler never mixes modes on a GPU (mode-separation judges that),
-    # so only a placement written by hand puts the node to this test.
-    stage = Stage(suite)
+    # so only a placement written by hand puts the node to this test. One GPU per mode, so that both
+    # directions are judged at once, in one wait.
+    stage = Stage(suite, gpus=2)
     size = stage.mib(SHARE)
-    holder = stage.place(
-        "sliced",
-        plan("sliced", {"op": "ready"}, {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"}),
-        request_mib=size,
-        mode=TIME_SLICING,
-    )
-    ended = stage.wait_ready(holder.name)
-    if ended is not None:
-        require(ended, (), "it runs alone on an idle GPU")
-    mixed = stage.place(
-        "shared", plan("shared", {"op": "hold", "seconds": 60}), request_mib=size, mode=SM_SHARING
-    )
-
-    def said() -> list[str]:
-        pod = suite.pod(mixed.name) or {}
-        out = [
-            str((cs.get("state") or {}).get("waiting", {}).get("message") or "")
-            for cs in (pod.get("status") or {}).get("containerStatuses") or []
-        ]
-        out += [str(e.get("message") or "") for e in suite.events(mixed.name) if e.get("type") == "Warning"]
-        return [m for m in out if m]
-
-    def refused() -> list[str] | None:
-        if stage.ran(mixed.name):
-            return ["(started)"]
-        messages = said()
-        return messages if any("sm-sharing" in m and "time-slicing" in m for m in messages) else None
-
-    try:
-        messages = wait_until(refused, f"{mixed.name} to be refused", suite.timeout(GUARD_EXPLAIN_S))
-    except WaitTimeout:
-        messages = said()
-    suite.evidence.fact("refusal", messages[-3:])
-    if stage.ran(mixed.name):
-        raise fail(
-            f"{mixed.name} (sm-sharing) started on GPU {', '.join(mixed.gpus)}, which already runs "
-            f"{holder.name} (time-slicing): the node mixed the compute modes"
-        )
-    if not any("sm-sharing" in m and "time-slicing" in m for m in messages):
-        raise fail(
-            f"{mixed.name} did not start, but nothing says the compute modes conflict: {messages[-1:]}"
-        )
-    if not stage.running(holder.name):
-        raise fail(f"{holder.name}, already on the GPU, was stopped when {mixed.name} was refused")
+    sliced = stage.place("sliced", hold_plan("sliced"), request_mib=size, mode=TIME_SLICING, slot=0)
+    shared = stage.place("shared", hold_plan("shared"), request_mib=size, mode=SM_SHARING, slot=1)
+    for holder in (sliced, shared):
+        ended = stage.wait_ready(holder.name)
+        if ended is not None:
+            require(ended, (), f"it runs {holder.mode} alone on an idle GPU")
+    intrusions = [
+        intrude(stage, "shared-on-sliced", 0, SM_SHARING, sliced),
+        intrude(stage, "sliced-on-shared", 1, TIME_SLICING, shared),
+        intrude(stage, "unset-on-shared", 1, None, shared),
+    ]
+    seen = settle_intrusions(suite, stage, intrusions)
+    suite.evidence.fact("intrusions", seen)
+    problems = [f["problem"] for f in seen.values() if f["problem"]]
+    stopped = [h.name for h in (sliced, shared) if not stage.running(h.name)]
+    if stopped:
+        problems.append(f"{', '.join(stopped)}, already on the GPU, stopped when the intruders came")
+    if problems:
+        raise fail("; ".join(problems))

@@ -20,7 +20,7 @@ accepted too):
 | ``hard-limit-oom`` | ``hard-limit`` | ``alloc-until-oom`` beside a neighbour that must keep its memory |
 | ``burst-borrowing`` | ``borrowing`` | grows from request to limit on an idle GPU, holds it, is not evicted |
 | ``soft-limit-eviction`` | ``pressure-eviction`` | a borrower is evicted when a guaranteed Pod needs it |
-| ``mode-guard`` | | a container of the other compute mode is refused on a GPU, allowed on another |
+| ``mode-guard`` | | the other mode is refused on a GPU, either way round (no mode: time-slicing) |
 | ``smi-visibility`` | ``visibility`` | the container sees only its GPUs, with the limit as their memory |
 | ``release-on-exit`` | ``release`` | a stopped container's memory and guarantee are released |
 | ``fail-closed`` | | a malformed contract is refused, naming key and rule |

@@ -231,27 +231,44 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
 
 
 def check_mode_guard(s: Session) -> tuple[str, dict[str, Any]]:
+    """Both ways round: sm-sharing beside time-slicing, then time-slicing (written, and by default with
+    no mode annotation) beside sm-sharing, on GPU 1 where there is one (sm-sharing there must start),
+    else on GPU 0 once the time-slicing container stopped."""
+    from enforcement.contract import SUFFIX_MODE, nvidia_key
+
     small = max(1, s.capacity_mib // 16)
     first, a_adj = s.admit(_placement(small, small, ("0",), "time-slicing"), "time-slicing")
     _refused(a_adj)
     _second, b_adj = s.admit(_placement(small, small, ("0",), "sm-sharing"), "sm-sharing-same-gpu")
-    evidence: dict[str, Any] = {
-        "same_gpu": {"allowed": b_adj.allowed, "reason": b_adj.reason, "message": b_adj.message},
-        "events": [e.reason for e in s.kube.events],
+    tried: list[tuple[str, Any, str]] = [("sm-sharing beside time-slicing", b_adj, first["metadata"]["name"])]
+    evidence: dict[str, Any] = {}
+    gpu = "1" if len(s.gpus) > 1 else "0"
+    if gpu == "0":
+        s.stop(first)  # one GPU: the other way round once time-slicing has left it
+    holder, c_adj = s.admit(_placement(small, small, (gpu,), "sm-sharing"), "sm-sharing-holder")
+    evidence["holder"] = {"gpu": gpu, "allowed": c_adj.allowed, "message": c_adj.message}
+    if not c_adj.allowed:
+        raise CheckFailed(f"sm-sharing was refused on GPU {gpu}, which runs no time-slicing client", evidence)
+    unset = _placement(small, small, (gpu,), "time-slicing")
+    del unset[nvidia_key("main", SUFFIX_MODE)]
+    for name, what, placed in (
+        ("time-slicing-beside-sm", "time-slicing beside sm-sharing", _placement(small, small, (gpu,))),
+        ("unset-beside-sm", "no mode (time-slicing) beside sm-sharing", unset),
+    ):
+        _pod, adj = s.admit(placed, name)
+        tried.append((what, adj, holder["metadata"]["name"]))
+    evidence["tried"] = {
+        what: {"allowed": adj.allowed, "reason": adj.reason, "message": adj.message} for what, adj, _ in tried
     }
-    if b_adj.allowed:
-        raise CheckFailed("an sm-sharing container was started on a GPU running time-slicing", evidence)
-    if not all(word in b_adj.message for word in ("time-slicing", "sm-sharing", first["metadata"]["name"])):
-        raise CheckFailed("the refusal does not name both modes and the other Pod", evidence)
-    if len(s.gpus) > 1:
-        _third, c_adj = s.admit(_placement(small, small, ("1",), "sm-sharing"), "sm-sharing-other-gpu")
-        evidence["other_gpu"] = {"allowed": c_adj.allowed, "message": c_adj.message}
-        if not c_adj.allowed:
-            raise CheckFailed("sm-sharing was refused on a GPU with no time-slicing client", evidence)
-    return (
-        f"refused on GPU 0 ({b_adj.reason}); {'allowed on GPU 1' if len(s.gpus) > 1 else '1 GPU'}",
-        evidence,
-    )
+    evidence["events"] = [e.reason for e in s.kube.events]
+    for what, adj, other in tried:
+        if adj.allowed:
+            raise CheckFailed(
+                f"{what}: the container was started, mixing the compute modes on a GPU", evidence
+            )
+        if not all(word in adj.message for word in ("time-slicing", "sm-sharing", other)):
+            raise CheckFailed(f"{what}: the refusal does not name both modes and the other Pod", evidence)
+    return (f"refused both ways ({len(tried)} containers); sm-sharing allowed on GPU {gpu}", evidence)
 
 
 def _hex(uuid: str) -> str:

@@ -71,6 +71,7 @@ from enforcement.contract import (
     SUFFIX_DEVICES,
     SUFFIX_LIMIT,
     SUFFIX_REQUEST,
+    TIME_SLICING,
     Fraction,
     nvidia_key,
     read_placement,
@@ -136,6 +137,8 @@ class AgentCore:
         """Clients to release once the backend answers again (a detach that could not go through)."""
         self._plugin: tuple[PluginStatus, float] | None = None
         self._plugin_lock = threading.Lock()
+        self._resumed = False
+        """Whether this process re-adopted containers a previous one fenced (it is a restart)."""
 
     @property
     def node(self) -> str:
@@ -187,9 +190,7 @@ class AgentCore:
         fraction, gpus = self._with_faults(fraction, gpus, node_gpus)
         name = client_name(ref)
         with self._admit:
-            conflict = (
-                None if self.options.has("no-mode-guard") else self._mode_conflict(name, fraction, gpus)
-            )
+            conflict = self._mode_conflict(name, fraction, gpus)
             if conflict is not None:
                 gpu, other = conflict
                 return self._refuse_mode(ref, fraction.mode, gpu, other.ref, other.mode)
@@ -253,7 +254,7 @@ class AgentCore:
         try:
             return self.backend.attach(request)
         except ModeConflict as exc:
-            if not self.options.has("no-mode-guard"):
+            if self._guards(request.mode, self.registry.get(exc.other_client)):
                 raise
             # Seeded fault: lie to the device about the mode so it takes the client anyway.
             return self.backend.attach(dataclasses.replace(request, mode=exc.other_mode))
@@ -319,9 +320,22 @@ class AgentCore:
         self, name: str, fraction: Fraction, gpus: Iterable[str]
     ) -> tuple[str, Tracked] | None:
         for gpu, other in self.registry.on_gpus(gpus):
-            if other.client != name and other.mode != fraction.mode:
+            if other.client != name and other.mode != fraction.mode and self._guards(fraction.mode, other):
                 return gpu, other
         return None
+
+    def _guards(self, mode: str, other: Tracked | None) -> bool:
+        """Whether the mode guard keeps a ``mode`` container off a GPU that ``other`` holds in the
+        other mode (None: a client the registry does not know). Always, but for the seeded faults
+        that break the guard, each in its own way."""
+        opts = self.options
+        if opts.has("no-mode-guard"):
+            return False
+        if opts.has("mode-guard-one-way") and mode == TIME_SLICING:
+            return False  # seeded fault: only an sm-sharing newcomer is refused
+        if opts.has("forget-modes-after-restart") and other is not None and other.adopted:
+            return False  # seeded fault: what was adopted after the restart has no mode to guard
+        return True
 
     def _ref_of(self, client: str) -> ContainerRef | None:
         tracked = self.registry.get(client)
@@ -369,7 +383,9 @@ class AgentCore:
         text = self._refusal_text(ref, problems)
         if self.options.has("fail-open-silently"):
             return Adjustment(True)  # seeded fault: unfenced, and nobody is told
-        if self.options.fails_open:
+        # Seeded fault lenient-after-restart: once it re-adopted containers, the agent fails open.
+        lenient = self.options.has("lenient-after-restart") and self._resumed
+        if self.options.fails_open or lenient:
             self.metrics.inc("gpu_fractioning_agent_unfenced_containers_total")
             message = f"{text}; started WITHOUT GPU enforcement (the node agent runs fail-open)"
             self.kube.event(ref, k.WARNING, k.REASON_UNFENCED, message)
@@ -511,6 +527,7 @@ class AgentCore:
                 if self.registry.get(client.name) is None and self._adopt(client) is not None:
                     count += 1
         if count:
+            self._resumed = True
             self.metrics.inc("gpu_fractioning_agent_adopted_containers_total", count)
             self.log(f"re-adopted {count} container(s) from the {self.backend.name} backend")
         return count
@@ -557,6 +574,7 @@ class AgentCore:
                     client = present.get(client_name(ref))
                     if client is not None and client.labels.get(LABEL_UID) == ref.pod_uid:
                         tracked = self._adopt(client)
+                        self._resumed = self._resumed or tracked is not None
                 if tracked is None:
                     if recover:
                         self._fence_unknown(ref)

@@ -22,6 +22,12 @@ FAULTS: Final[dict[str, str]] = {
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
     "evict-without-pressure": "the evictor evicts every borrower above its request, pressure or not",
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
+    "mode-guard-one-way": "refuses an sm-sharing container on a GPU running time-slicing, but starts a "
+    "time-slicing one (or one with no mode) on a GPU running sm-sharing",
+    "forget-modes-after-restart": "a restarted agent re-adopts its containers' fences but not which mode "
+    "each GPU runs: a container of the other mode, created after the restart, is started beside them",
+    "lenient-after-restart": "a restarted agent that re-adopted running containers starts a malformed "
+    "contract unfenced instead of refusing it (fail-open from then on)",
     "ignore-mode": "every container runs time-slicing, whatever its gpu-compute.mode asks",
     "shared-fault-domain": "time-slicing containers of a GPU share one fault domain, as sm-sharing ones "
     "do: a device fault in one ends its neighbours (they still take turns)",

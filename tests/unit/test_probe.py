@@ -25,6 +25,8 @@ CAUGHT_BY = {
     "release-on-exit": "leak-on-exit",
     "fail-closed": "fail-open",
 }
+ALSO_CAUGHT = (("mode-guard", "mode-guard-one-way"),)
+"""More (check, fault) pairs the probe must catch: faults that break only part of a check's rule."""
 
 
 def cli(*argv: str) -> int:
@@ -68,7 +70,7 @@ def test_all_checks_pass_on_the_simulated_device_and_results_are_written(
     assert {r.profile for r in record.results} == {"probe"}
 
 
-@pytest.mark.parametrize(("check", "fault"), sorted(CAUGHT_BY.items()))
+@pytest.mark.parametrize(("check", "fault"), sorted(CAUGHT_BY.items()) + list(ALSO_CAUGHT))
 def test_each_check_fails_against_its_seeded_fault(check: str, fault: str) -> None:
     report = run_probe(ProbeOptions(backend="sim", checks=(check,), faults=frozenset({fault})))
     (result,) = report.results
