@@ -320,6 +320,14 @@ GUARD_EXPLAIN_S: Final = 15.0
 """How long the node has to refuse every intruder and say why (the reference agent: well under a
 second). One wait for all of them: their Pods are created at once."""
 INTRUDER_SHARE: Final = 0.05
+INTRUDER_HOLD_S: Final = 1.0
+"""How long an intruder runs if a node starts it: started is the verdict, and ending soon frees its GPU
+for the scenario's other workloads (a node that mixes the modes then refuses a holder's neighbour)."""
+
+
+def intruder_plan(name: str) -> dict[str, Any]:
+    """A workload that must never start; one that does ends soon by itself."""
+    return plan(name, {"op": "hold", "seconds": INTRUDER_HOLD_S})
 
 
 def hold_plan(name: str) -> dict[str, Any]:
@@ -337,7 +345,7 @@ def intrude(stage: Stage, name: str, slot: int, mode: Mode | None, holder: Place
     )
     if mode is None:
         del annotations[nvidia_key(CONTAINER, SUFFIX_MODE)]
-    stage.pod(name, plan(name, {"op": "hold", "seconds": 60}), request_mib=size, annotations=annotations)
+    stage.pod(name, intruder_plan(name), request_mib=size, annotations=annotations)
     return Intrusion(
         pod=name,
         asks=mode or TIME_SLICING,

@@ -33,7 +33,7 @@ import time
 from typing import Final
 
 from conformance.judgements import Intrusion, device_fidelity, eviction_effect, judge_boundary, within
-from conformance.test_compute import hold_plan, intrude, said_by, settle_intrusions
+from conformance.test_compute import hold_plan, intrude, intruder_plan, said_by, settle_intrusions
 from conformance.test_failclosed import EXPLAIN_S, QUIET_S, Malformed, cases, placement, refusal_verdict
 from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.suite.agentcontrol import restart_agent
@@ -226,7 +226,7 @@ def _after_restart(
     valid = placement_annotations(CONTAINER, size, size, stage.free[:1], TIME_SLICING)
     stage.pod(
         case.name,
-        plan(case.name, {"op": "hold", "seconds": 60}),
+        intruder_plan(case.name),
         request_mib=size,
         annotations=placement(valid, case),
     )
