@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from workloads.report import termination_path, write_termination_message
+from .report import termination_path, write_termination_message
 
 
 def main() -> int:
