@@ -47,6 +47,7 @@ def placement_must_be_complete(
 ) -> Fraction:
     """At binding, ``container`` carries a request and devices, every key names a real container,
     and every value obeys the contract. Returns the placement as the node agent would read it."""
+    snapshot = suite.watch.binding_seen(name, snapshot)  # a relisted state proves nothing of the moment
     request_key = nvidia_key(container, SUFFIX_REQUEST)
     devices_key = nvidia_key(container, SUFFIX_DEVICES)
     problems = [str(v) for v in errors_at_bind(suite, name, snapshot)]
@@ -74,8 +75,7 @@ def gpus_at_bind(suite: Suite, name: str, snapshot: Snapshot, container: str = "
     if not value:
         raise fail(
             f"{name} was bound to {snapshot.node} with no {nvidia_key(container, SUFFIX_DEVICES)}: "
-            "the GPU it runs "
-            "on is unknown to the node agent, so it runs unfenced"
+            "the GPU it runs on is unknown to the node agent, so it runs unfenced [devices-missing]"
         )
     node = suite.cluster.read_node(snapshot.node)
     gpus = [resolve_device(d, node) for d in value.split(",") if d]
@@ -83,8 +83,9 @@ def gpus_at_bind(suite: Suite, name: str, snapshot: Snapshot, container: str = "
     return gpus
 
 
-def limit_and_mode_present(snapshot: Snapshot, container: str = "main") -> list[str]:
-    """The SHOULD keys missing at binding."""
+def limit_and_mode_present(suite: Suite, name: str, snapshot: Snapshot, container: str = "main") -> list[str]:
+    """The SHOULD keys missing at binding (``WatchGap``, an error, when the watch did not see it)."""
+    snapshot = suite.watch.binding_seen(name, snapshot)
     return [
         k
         for k in (nvidia_key(container, SUFFIX_LIMIT), nvidia_key(container, SUFFIX_MODE))

@@ -71,7 +71,7 @@ def test_annotations_name_the_container(suite: Suite) -> None:
 def test_limit_and_mode_at_bind(suite: Suite) -> None:
     name = suite.scheduled_pod("frac", suite.request(share=0.25, limit_share=0.5))
     at_bind = suite.must_be_bound(name, "it asks for a quarter of one idle GPU")
-    missing = limit_and_mode_present(at_bind)
+    missing = limit_and_mode_present(suite, name, at_bind)
     part = suite.options.scheduler_part()
     if not part.writes_mode:
         # A mechanism: KAI's binder never writes the mode (the node then defaults to time-slicing).

@@ -77,7 +77,9 @@ def _add_simulated_node(suite: Suite) -> GpuNode:
         },
     )
     node = GpuNode.from_dict(suite.cluster.read_node(name) or {})
-    assert node is not None
+    if node is None:
+        # The suite's own set-up did not hold (an error, never a verdict on the scheduler).
+        raise RuntimeError(f"the simulated node {name} the suite added does not read back as a GPU node")
     return node
 
 

@@ -279,6 +279,29 @@ def test_checklist_rows_are_the_rule_table_with_this_runs_verdict() -> None:
     assert items["fraction-value"].status == "not judged"
 
 
+def test_against_the_upstream_scheduler_the_checklist_fails_only_the_rules_a_finding_names() -> None:
+    """The upstream kube-scheduler writes no annotations: its findings name memory-missing and
+    devices-missing (and the SHOULD limit-missing, and the overcommit memory-fit found); the
+    author-side rules its failing checks also cover are not failed by them."""
+    record = load("upstream-scheduler")
+    assert {r.id for r in record.results if r.outcome == "failed"} >= {
+        "annotations-at-bind",
+        "annotations-name-the-container",
+        "devices-scheduler-owned",
+    }
+    items = {i.rule.id: i for _title, rows in checklist(record) for i in rows}
+    failed = {rule for rule, item in items.items() if item.status == "failed"}
+    assert failed == {"memory-missing", "devices-missing", "limit-missing", "gpu-overcommit"}
+    for rule in (
+        "unknown-container",
+        "multiple-fractional-containers",
+        "container-mismatch",
+        "devices-set-by-author",
+    ):
+        assert items[rule].status == "not judged", rule
+    assert "annotations-name-the-container" in {r.id for r in items["memory-missing"].failing}
+
+
 # ----------------------------------------------------------------------------- Allure
 
 
