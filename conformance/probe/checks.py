@@ -80,7 +80,7 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
         "name": "hard-limit",
         "steps": [{"op": "alloc-until-oom", "granularity": gran, "limit": 2 * limit * MIB}],
     }
-    run = s.run(pod, adj, plan).finish(WORKLOAD_TIMEOUT_S)
+    run = s.finish(s.run(pod, adj, plan), "hard-limit")
     step = _step(run.result, "alloc-until-oom")
     got = int(step.get("max_bytes", -1))
     oom = step.get("oom") or {}
@@ -95,7 +95,7 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
     evidence["boundary"] = verdict.as_fact()
     time.sleep(0.3)  # a few of the neighbour's heartbeats after the out-of-memory
     neighbour.proc.send_signal(signal.SIGTERM)
-    n_run = neighbour.finish(WORKLOAD_TIMEOUT_S)
+    n_run = s.finish(neighbour, "neighbour")
     beat = _step(n_run.result, "heartbeat")
     read_back = _step(n_run.result, "verify")
     lost = kept_bytes("the neighbour", within(held), read_back)
@@ -143,7 +143,7 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
             {"op": "free"},
         ],
     }
-    run = s.run(pod, adj, plan).finish(WORKLOAD_TIMEOUT_S)
+    run = s.finish(s.run(pod, adj, plan), "borrowing")
     alloc = _step(run.result, "alloc")
     evidence = {
         "request_mib": request,
@@ -195,11 +195,13 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
             {"op": "meminfo"},
         ],
     }
-    g_run = s.run(guaranteed, g_adj, g_plan).finish(WORKLOAD_TIMEOUT_S)
+    g_run = s.finish(s.run(guaranteed, g_adj, g_plan), "guaranteed")
     evicted = [ref.pod for ref, _at in s.kube.evictions]
     b_run = None
     if pod_ref(borrower).pod in evicted or b_proc.proc.poll() is not None:
-        b_run = b_proc.finish(30.0)  # evicted: its device calls now fail with "gone" and it exits
+        b_run = s.finish(
+            b_proc, "borrower", 30.0
+        )  # evicted: its device calls now fail with "gone" and it exits
     alloc = _step(g_run.result, "alloc")
     events = [e.message for e in s.kube.events_for(REASON_EVICTED)]
     evidence = {
@@ -283,7 +285,7 @@ def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
     steps: list[dict[str, Any]] = [{"op": "meminfo"}]
     if shutil.which("nvidia-smi", path=s.env(adj.env).get("PATH")):
         steps.append({"op": "smi", "expect": "any"})
-    run = s.run(pod, adj, {"name": "visibility", "steps": steps}).finish(WORKLOAD_TIMEOUT_S)
+    run = s.finish(s.run(pod, adj, {"name": "visibility", "steps": steps}), "visibility")
     devices = run.result.get("devices") or []
     meminfo = _step(run.result, "meminfo").get("devices") or []
     smi = _step(run.result, "smi").get("gpus")
@@ -324,7 +326,7 @@ def check_release(s: Session) -> tuple[str, dict[str, Any]]:
     pod, adj = s.admit(_placement(request, request))
     _refused(adj)
     run = s.run(pod, adj, {"name": "release", "steps": [{"op": "alloc", "bytes": request // 2 * MIB}]})
-    run.finish(WORKLOAD_TIMEOUT_S)
+    s.finish(run, "release")
     s.stop(pod)
     usage = s.backend.usage()
     name = client_name(pod_ref(pod, "main"))

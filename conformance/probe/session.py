@@ -152,6 +152,16 @@ class Session:
         self.backend.track_process(client_name(pod_ref(pod, "main")), proc.pid)
         return proc
 
+    def finish(self, proc: Any, name: str, timeout: float = WORKLOAD_TIMEOUT_S) -> Any:
+        """``proc``'s run once it ended; a workload that never ran its plan (``plan-error``,
+        ``backend-unavailable``) is the probe's own problem, raised as an error (``ERROR``), never a
+        failure of the agent (the suite's rule, ``fixtures.suite.frame.workload_must_have_run``)."""
+        from fixtures.suite.frame import workload_must_have_run
+
+        run = proc.finish(timeout)
+        workload_must_have_run(name, run.result)
+        return run
+
     def stop(self, pod: Mapping[str, Any]) -> None:
         from enforcement.agent.kube import pod_ref
 

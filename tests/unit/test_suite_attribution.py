@@ -419,3 +419,27 @@ def test_a_binding_the_watch_saw_is_judged() -> None:
     watch._add(seen)
     assert placement_must_be_complete(box, "frac", seen).request_mib == 1000
     assert limit_and_mode_present(box, "frac", seen) == []
+
+
+def test_the_probe_reports_a_workload_that_never_ran_as_an_error() -> None:
+    """``gpuconf probe`` holds its workloads to the same rule: ``ERROR``, not ``FAIL``."""
+    from conformance.probe import _run_check
+    from conformance.probe.checks import ProbeCheck
+    from conformance.probe.session import Session
+
+    class Ended:
+        pid = 1
+
+        def finish(self, _timeout: float) -> Any:
+            return SimpleNamespace(result={"status": "backend-unavailable", "error": {"message": "no CuPy"}})
+
+    def run(session: Any) -> tuple[str, dict[str, Any]]:
+        Session.finish(session, Ended(), "release")
+        return "released", {}
+
+    session = SimpleNamespace(clean=lambda: None, logs=[])
+    result = _run_check(session, ProbeCheck("release-on-exit", run, "", "test_release"))  # type: ignore[arg-type]
+    assert result.status == "ERROR"
+    assert result.summary.startswith(
+        "WorkloadNotRun: release: container main's workload reported backend-unavailable"
+    )
