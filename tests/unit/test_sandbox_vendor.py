@@ -44,6 +44,14 @@ def test_sandbox_options_carry_commands_and_absolute_manifest_paths(tmp_path: Pa
     assert Path(manifests).is_absolute()
 
 
+def test_a_relative_state_folder_becomes_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workloads run in folders of their own: a relative folder would name a device socket they
+    cannot reach (their backend unavailable, which preflight stops on)."""
+    monkeypatch.chdir(tmp_path)
+    box = sandbox_from_args(args("--dir", "rel-sb"))
+    assert box.config.state_dir == tmp_path.resolve() / "rel-sb"
+
+
 # ------------------------------------------------------------------------------- the commands
 
 
