@@ -94,6 +94,8 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-eviction": ("soft-limit-eviction",),
     "evict-guaranteed": ("guarantee-kept",),
     "evict-without-pressure": ("no-eviction-without-pressure", "burst-borrowing"),
+    "evict-all-borrowers": ("soft-limit-eviction",),
+    "evict-guaranteed-for-borrower": ("guarantee-kept",),
     "no-mode-guard": ("mode-guard",),
     "ignore-mode": ("mode-applied", "compute-modes"),
     "shared-fault-domain": ("fault-isolation",),
