@@ -254,7 +254,8 @@ def test_soft_limit_eviction(suite: Suite) -> None:
             f"{len(evicted)} borrowers were evicted ("
             + ", ".join(f"{o.name} holding {held[o.name]} MiB: {seen[o.name].mechanism}" for o in evicted)
             + f") for {claimant.name}, short of {max(0, asked - free)} MiB of the {asked} MiB it asked for: "
-            f"without {', '.join(needless)} the others' memory already covered it"
+            f"{' and '.join(needless)} {'was' if len(needless) == 1 else 'were each'} not needed (without "
+            "it, the GPU's free memory and the other evicted borrowers' already covered the shortfall)"
         )
     require(got, ("ok",), f"after a borrower's eviction its {claim} MiB guarantee must be available to it")
 
