@@ -17,6 +17,13 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
 - **Compute modes** (``compare_modes``, ``judge_modes``): by throughput, from the workloads' own
   counters (work per second), each neighbour's rate beside the other over its solo rate, on every
   device but the ideal simulated one, which measures exactly and is judged by the kernels' overlap.
+- **Pressure shown first** (``held_when_ready``, ``claim_figures``, ``judge_pressure``): eviction is
+  judged only once the figures show there was pressure: each borrower held more than its request
+  when it said Ready, and the claimant lacked memory (its first attempt was refused, or the free
+  memory it saw before it asked was less than its claim); otherwise the rule is not judged.
+- **Only what is needed** (``needless_evictions``): under pressure no more borrowers are evicted than
+  the claimant's shortfall requires: a borrower whose memory the others evicted with it (and the
+  GPU's free memory) already covered was evicted for nothing.
 - **Kept bytes** (``kept_bytes``): a neighbour kept its memory when it read back, byte for byte, the
   pattern it wrote there; a usage counter cannot show pages scrubbed or swapped behind its back.
 - **Start barrier** (``shared_window``): neighbours released together compute side by side; the
@@ -227,6 +234,103 @@ def _held_above(out: Outcome, request_mib: int) -> bool:
         if s.get("op") in ("alloc", "alloc-until-oom")
     )
     return held // MIB > request_mib
+
+
+def held_when_ready(out: Outcome, ready_floor_mib: int | None = None) -> int | None:
+    """The MiB ``out``'s workload held when it said Ready: the device's count in a ``meminfo`` step
+    before its ``ready`` step, else the sum of its allocations before it. Without a result (a killed
+    workload writes none): ``ready_floor_mib``, what its plan is known to hold once it was seen Ready
+    (the allocations before its ``ready`` step must succeed), else None; None too when it never got
+    to its ``ready`` step."""
+    if out.result is None:
+        return ready_floor_mib
+    steps = out.result.get("steps") or []
+    allocated = 0
+    counted: int | None = None
+    for s in steps:
+        op = s.get("op")
+        if op == "ready":
+            return (counted if counted is not None else allocated) // MIB
+        if op in ("alloc", "alloc-until-oom"):
+            allocated += int(s.get("max_bytes") or s.get("bytes") or 0)
+        elif op == "meminfo" and s.get("devices"):
+            counted = int(s["devices"][0].get("used") or 0)
+    return None
+
+
+def claim_figures(out: Outcome, asked_mib: int) -> dict[str, Any]:
+    """How the claimant's first allocation (its first ``alloc`` step) met the GPU: whether it was
+    refused at first (and as what), granted after how long, and the free memory it saw before it
+    asked (a ``meminfo`` step before the allocation); ``lacked``: the figures show it lacked memory."""
+    steps = (out.result or {}).get("steps") or []
+    free_mib: int | None = None
+    alloc: Mapping[str, Any] = {}
+    for s in steps:
+        if s.get("op") == "meminfo" and s.get("devices"):
+            free_mib = int(s["devices"][0].get("free") or 0) // MIB
+        if s.get("op") == "alloc":
+            alloc = s
+            break
+    resolved = alloc.get("pressure_resolved") or {}
+    outcome = alloc.get("outcome")
+    refused_as = resolved.get("refused_as") or (outcome if outcome in ("pressure", "oom") else None)
+    return {
+        "askedMiB": asked_mib,
+        "freeBeforeMiB": free_mib,
+        "refusedAtFirstAs": refused_as,
+        "attempts": resolved.get("attempts", 1 if outcome == "ok" else None),
+        "grantedAfterMs": alloc.get("ms") if outcome == "ok" else None,
+        "outcome": outcome,
+        "lacked": refused_as is not None or (free_mib is not None and free_mib < asked_mib),
+    }
+
+
+@dataclass(frozen=True)
+class PressureVerdict:
+    """Whether the figures show the pressure an eviction rule is about (``judge_pressure``)."""
+
+    shown: bool
+    missing: tuple[str, ...]
+    """What the figures did not show, one sentence each; empty when shown."""
+    figures: Mapping[str, Any]
+
+    def as_fact(self) -> dict[str, Any]:
+        return {"shown": self.shown, "missing": list(self.missing), **self.figures}
+
+
+def judge_pressure(
+    borrowers: Mapping[str, tuple[int | None, int]], claimant: str, claim: Mapping[str, Any]
+) -> PressureVerdict:
+    """Was there pressure? ``borrowers``: name -> (MiB held when Ready, ``held_when_ready``; request
+    MiB); ``claim``: the claimant's ``claim_figures``. Every borrower must have held more than its
+    request and the claimant must have lacked memory."""
+    missing: list[str] = []
+    held: dict[str, Any] = {}
+    for name, (mib_held, request) in borrowers.items():
+        held[name] = {
+            "heldMiB": mib_held,
+            "requestMiB": request,
+            "aboveRequestMiB": None if mib_held is None else mib_held - request,
+        }
+        if mib_held is None:
+            missing.append(f"{name} left no figures of what it held (no result)")
+        elif mib_held <= request:
+            missing.append(f"{name} held {mib_held} MiB, not more than its request of {request} MiB")
+    if not claim.get("lacked"):
+        missing.append(
+            f"{claimant} was granted its {claim.get('askedMiB')} MiB at its first attempt (free before it "
+            f"asked: {claim.get('freeBeforeMiB')} MiB): it never lacked memory"
+        )
+    figures = {"borrowers": held, "claimant": {"name": claimant, **claim}}
+    return PressureVerdict(not missing, tuple(missing), figures)
+
+
+def needless_evictions(evicted: Mapping[str, int], free_mib: int, asked_mib: int) -> list[str]:
+    """The evicted borrowers (name -> MiB each held) that were not needed: the GPU's ``free_mib`` and
+    what the other evicted borrowers held already covered the claimant's ``asked_mib`` without it.
+    Empty when every eviction was needed (at most as many borrowers as the shortfall requires)."""
+    total = sum(evicted.values())
+    return [name for name, held in evicted.items() if free_mib + total - held >= asked_mib]
 
 
 # ----------------------------------------------------------------------------------- compute modes

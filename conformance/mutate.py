@@ -94,6 +94,8 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-eviction": ("soft-limit-eviction",),
     "evict-guaranteed": ("guarantee-kept",),
     "evict-without-pressure": ("no-eviction-without-pressure", "burst-borrowing"),
+    "evict-all-borrowers": ("soft-limit-eviction",),
+    "evict-guaranteed-for-borrower": ("guarantee-kept",),
     "no-mode-guard": ("mode-guard",),
     "mode-guard-one-way": ("mode-guard",),
     "forget-modes-after-restart": ("agent-restart",),

@@ -7,22 +7,40 @@ neighbour gets its guarantee. Without pressure nobody is evicted, and a containe
 request is never evicted, however hard the pressure.
 
 The scenarios share their sizes (shares of one GPU, each above 0.2 so that they stay side by side
-through a scheduler, see ``fixtures.suite.scenario``): a borrower asks for 0.25 and may grow to 0.9,
-and takes all the idle memory; a guaranteed neighbour then asks for memory only an eviction can
-free. A guaranteed workload retries its allocation while it is refused under pressure (the
-simulated device refuses rather than blocks; on a real GPU the allocation waits or fails), for at
-most ``PRESSURE_WAIT_S``: the time from pressure to memory available is recorded.
+through a scheduler, see ``fixtures.suite.scenario``): borrowers hold memory past their request, one
+of them every idle byte; a guaranteed claimant then asks for memory only an eviction can free. A
+guaranteed workload retries its allocation while it is refused under pressure (the simulated device
+refuses rather than blocks; on a real GPU the allocation waits or fails), for at most
+``PRESSURE_WAIT_S``: the time from pressure to memory available is recorded.
+
+Eviction is judged by its effect (``conformance.judgements.eviction_effect``), and only once the
+figures show the pressure it is about (``judge_pressure``): each borrower held more than its request
+when it said Ready, and the claimant lacked memory. Otherwise the rule is not judged, and the
+evidence keeps the figures. Under pressure only what is needed goes: a borrower, never a workload
+within its guarantee, and no more borrowers than the claimant's shortfall requires
+(``needless_evictions``: each of two borrowers alone covers it); a borrower that grows into a full
+GPU, contending with another, is no claim and gets nobody evicted.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
-from conformance.judgements import EvictionEffect, eviction_effect, within
+from conformance.judgements import (
+    EvictionEffect,
+    PressureVerdict,
+    claim_figures,
+    eviction_effect,
+    held_when_ready,
+    judge_pressure,
+    needless_evictions,
+    within,
+)
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.reaction import hold_s, reaction_wait_s
-from fixtures.suite.scenario import Outcome, Stage, mib, plan, require
+from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
 
 MIB: Final = 1 << 20
 PRESSURE_WAIT_S: Final = 10.0
@@ -33,13 +51,36 @@ BEAT_S: Final = 0.1
 HOLD_S: Final = 1.0
 
 
-def borrower_plan(stage: Stage, request: int) -> dict[str, Any]:
-    """Hold the request, then take every idle byte up to the limit; Ready; beat until stopped."""
+def borrower_plan(
+    stage: Stage, request: int, name: str = "borrower", floor: int | None = None
+) -> dict[str, Any]:
+    """Hold the request, then ``floor`` MiB in all (where given: a Ready one is known to hold that
+    much past its request, result or not), then take every idle byte up to the limit; count what it
+    holds; Ready; beat until stopped."""
+    fixed = (
+        [] if floor is None else [{"op": "alloc", "bytes": mib(floor - within(request)), "label": "borrowed"}]
+    )
     return plan(
-        "borrower",
+        name,
         {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
-        {"op": "alloc-until-oom", "granularity": mib(max(1, stage.mib(0.01))), "label": "borrowed"},
+        *fixed,
+        {"op": "alloc-until-oom", "granularity": mib(max(1, stage.mib(0.01))), "label": "grown"},
         {"op": "touch"},
+        {"op": "meminfo"},
+        {"op": "ready"},
+        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+    )
+
+
+def lender_plan(name: str, request: int, limit: int) -> dict[str, Any]:
+    """A borrower of a fixed size: its request, then up to its limit (less the headroom), so that a
+    Ready one is known to hold past its request; count what it holds; Ready; beat until stopped."""
+    return plan(
+        name,
+        {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
+        {"op": "alloc", "bytes": mib(within(limit) - within(request)), "label": "borrowed"},
+        {"op": "touch"},
+        {"op": "meminfo"},
         {"op": "ready"},
         {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
     )
@@ -62,6 +103,8 @@ def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
     wait = reaction_wait_s(suite.options, PRESSURE_WAIT_S)
     return plan(
         name,
+        # What it sees before it asks: on a full GPU (a real one, the simulated H200) less than its claim.
+        {"op": "meminfo"},
         {
             "op": "alloc",
             "bytes": mib(within(size)),
@@ -116,11 +159,39 @@ def pressure_resolved(out: Outcome) -> dict[str, Any]:
     }
 
 
+Borrowers = list[tuple[Outcome, Placed, int | None]]
+"""Each borrower's outcome, placement, and what its plan is known to hold once Ready (for one that
+wrote no result; None: nothing past its request)."""
+
+
+def pressure_figures(suite: Suite, borrowers: Borrowers, claim: Outcome, asked: int) -> PressureVerdict:
+    """The figures of the pressure (``conformance.judgements.judge_pressure``), in the evidence."""
+    verdict = judge_pressure(
+        {o.name: (held_when_ready(o, floor), p.request_mib) for o, p, floor in borrowers},
+        claim.name,
+        claim_figures(claim, asked),
+    )
+    suite.evidence.fact("pressureShown", verdict.as_fact())
+    return verdict
+
+
+def pressure_shown(suite: Suite, borrowers: Borrowers, claim: Outcome, asked: int) -> PressureVerdict:
+    """``pressure_figures``; the eviction rule is not judged unless they show the pressure."""
+    verdict = pressure_figures(suite, borrowers, claim, asked)
+    if not verdict.shown:
+        raise NotJudged(
+            "eviction under pressure not judged, the figures do not show pressure: "
+            + "; ".join(verdict.missing)
+        )
+    return verdict
+
+
 @check(
     id="soft-limit-eviction",
     level="MUST",
     statement="When a workload within its gpu-memory.request needs memory that borrowers above their request "
-    "hold, a borrower MUST be evicted and the workload MUST then get its memory.",
+    "hold, a borrower MUST be evicted and the workload MUST then get its memory; borrowers MUST NOT be "
+    "evicted beyond what its shortfall requires.",
     profiles=("node", "stack", "probe"),
     features=("soft-limit-eviction",),
     seed="000/2",
@@ -128,34 +199,72 @@ def pressure_resolved(out: Outcome) -> dict[str, Any]:
 )
 def test_soft_limit_eviction(suite: Suite) -> None:
     stage = Stage(suite)
-    request = stage.mib(0.25)
-    borrower = stage.place(
-        "borrower", borrower_plan(stage, request), request_mib=request, limit_mib=stage.mib(0.9)
+    request, lent_limit = stage.mib(0.25), stage.mib(0.45)
+    # Two borrowers, each of which alone holds more than the claimant needs: one at its limit, one
+    # with every idle byte left (at least as much past its request).
+    lender = stage.place(
+        "borrower-0",
+        lender_plan("borrower-0", request, lent_limit),
+        request_mib=request,
+        limit_mib=lent_limit,
     )
-    must_be_ready(stage, borrower.name, "on an idle GPU it may take the idle memory up to its limit")
-    claim = stage.mib(0.5)
+    must_be_ready(stage, lender.name, "on an idle GPU it may borrow up to its limit")
+    floor = within(stage.mib(0.5))
+    borrower = stage.place(
+        "borrower-1",
+        borrower_plan(stage, request, "borrower-1", floor),
+        request_mib=request,
+        limit_mib=stage.mib(0.9),
+    )
+    must_be_ready(stage, borrower.name, "it may take the GPU's idle memory up to its limit")
+    claim = stage.mib(0.3)
+    asked = within(claim)
     claimant = stage.place("claimant", claimant_plan("claimant", claim, suite), request_mib=claim)
     got = stage.wait_ended(claimant.name)
     suite.evidence.fact("pressure", pressure_resolved(got))
-    lent = stage.stop(borrower.name)
-    suite.evidence.fact("borrower", lent.as_dict())
-    seen = effects([lent, got], {borrower.name: request})
-    eviction_fact(suite, [lent], [got], got, seen)
-    if not seen[lent.name].evicted:
+    lent = [stage.stop(lender.name), stage.stop(borrower.name)]
+    suite.evidence.fact("borrowers", {o.name: o.as_dict() for o in lent})
+    seen = effects([*lent, got], {lender.name: request, borrower.name: request})
+    eviction_fact(suite, lent, [got], got, seen)
+    pressure = pressure_shown(
+        suite, [(lent[0], lender, within(lent_limit)), (lent[1], borrower, floor)], got, asked
+    )
+    evicted = [o for o in lent if seen[o.name].evicted]
+    if not evicted:
         raise fail(
-            f"{borrower.name} borrowed beyond its request of {request} MiB and was not evicted when "
-            f"{claimant.name} "
-            f"needed {claim} MiB within its guarantee (claimant ended {got.status or got.phase}): it neither "
-            "ended nor lost the memory above its request"
+            f"{', '.join(o.name for o in lent)} borrowed beyond their request of {request} MiB and none was "
+            f"evicted when {claimant.name} needed {claim} MiB within its guarantee (claimant ended "
+            f"{got.status or got.phase}): none ended or lost the memory above its request"
         )
-    require(got, ("ok",), f"after the borrower's eviction its {claim} MiB guarantee must be available to it")
+    held = {name: int(f["heldMiB"]) for name, f in pressure.figures["borrowers"].items()}
+    free = max(0, stage.memory_mib - sum(held.values()))
+    needless = needless_evictions({o.name: held[o.name] for o in evicted}, free, asked)
+    suite.evidence.fact(
+        "shortfall",
+        {
+            "askedMiB": asked,
+            "freeMiB": free,
+            "shortfallMiB": max(0, asked - free),
+            "evictedHeldMiB": {o.name: held[o.name] for o in evicted},
+            "needless": needless,
+        },
+    )
+    if needless:
+        raise fail(
+            f"{len(evicted)} borrowers were evicted ("
+            + ", ".join(f"{o.name} holding {held[o.name]} MiB: {seen[o.name].mechanism}" for o in evicted)
+            + f") for {claimant.name}, short of {max(0, asked - free)} MiB of the {asked} MiB it asked for: "
+            f"{' and '.join(needless)} {'was' if len(needless) == 1 else 'were each'} not needed (without "
+            "it, the GPU's free memory and the other evicted borrowers' already covered the shortfall)"
+        )
+    require(got, ("ok",), f"after a borrower's eviction its {claim} MiB guarantee must be available to it")
 
 
 @check(
     id="guarantee-kept",
     level="MUST",
     statement="A workload within its gpu-memory.request MUST NOT be evicted, however hard the memory "
-    "pressure on its GPU.",
+    "pressure on its GPU, nor to make room for borrowers growing past their request.",
     profiles=("node", "stack"),
     features=("soft-limit-eviction",),
     seed="000/2",
@@ -163,33 +272,74 @@ def test_soft_limit_eviction(suite: Suite) -> None:
 )
 def test_guarantee_kept(suite: Suite) -> None:
     stage = Stage(suite)
-    kept = stage.mib(0.3)
+    kept = stage.mib(0.26)
     keeper = stage.place("keeper", holder_plan("keeper", kept), request_mib=kept)
     must_be_ready(stage, keeper.name, f"it holds {kept} MiB within its own guarantee on an idle GPU")
-    request = stage.mib(0.25)
+    request, lent_limit = stage.mib(0.22), stage.mib(0.4)
+    lender = stage.place(
+        "borrower-0",
+        lender_plan("borrower-0", request, lent_limit),
+        request_mib=request,
+        limit_mib=lent_limit,
+    )
+    must_be_ready(stage, lender.name, "it may borrow up to its limit while the GPU has idle memory")
+    # It grows into what the keeper and borrower-0 left (0.34 of the GPU): past its request for sure
+    # up to 0.3 (less the headroom), which a Ready one holds whether or not it writes a result.
+    floor = within(stage.mib(0.3))
     borrower = stage.place(
-        "borrower", borrower_plan(stage, request), request_mib=request, limit_mib=stage.mib(0.9)
+        "borrower-1",
+        borrower_plan(stage, request, "borrower-1", floor),
+        request_mib=request,
+        limit_mib=stage.mib(0.9),
     )
     must_be_ready(stage, borrower.name, "it may take the GPU's idle memory up to its limit")
-    claim = stage.mib(0.4)
+    # Two borrowers contend for a full GPU, and nobody within a guarantee claims anything: long enough
+    # (reaction periods) for an agent that reads a borrower's growth as a claim to have acted.
+    contended = hold_s(suite.options, HOLD_S)
+    time.sleep(contended)
+    running = {p.name: stage.running(p.name) for p in (keeper, lender, borrower)}
+    suite.evidence.fact(
+        "contention",
+        {
+            "holdS": contended,
+            "running": running,
+            "notJudged": "whether a borrower was evicted while the borrowers contended (no guaranteed claim)",
+        },
+    )
+    if not running[keeper.name]:
+        early = stage.wait_ended(keeper.name)
+        effect = eviction_effect(early, kept)
+        if not effect.evicted:
+            require(early, (), f"it held {kept} MiB within its guarantee and must keep running")
+        raise fail(
+            f"{keeper.name} was evicted within its guarantee ({effect.mechanism}: {effect.detail}) while "
+            f"{borrower.name} and {lender.name} borrowed past their request of {request} MiB and filled the "
+            "GPU, with no workload within its guarantee claiming memory: a borrower's growth is no claim"
+        )
+    claim = stage.mib(0.28)
     claimant = stage.place("claimant", claimant_plan("claimant", claim, suite), request_mib=claim)
     got = stage.wait_ended(claimant.name)
     suite.evidence.fact("pressure", pressure_resolved(got))
     held = stage.stop(keeper.name)
-    lent = stage.stop(borrower.name)
+    lent = [stage.stop(lender.name), stage.stop(borrower.name)]
     suite.evidence.fact(
-        "outcomes", {"keeper": held.as_dict(), "claimant": got.as_dict(), "borrower": lent.as_dict()}
+        "outcomes",
+        {"keeper": held.as_dict(), "claimant": got.as_dict(), **{o.name: o.as_dict() for o in lent}},
     )
-    seen = effects([lent, held, got], {borrower.name: request})
-    eviction_fact(suite, [lent, held, got], [held, got], got, seen)
+    seen = effects([*lent, held, got], {lender.name: request, borrower.name: request})
+    eviction_fact(suite, [*lent, held, got], [held, got], got, seen)
+    borrowed: Borrowers = [(lent[0], lender, within(lent_limit)), (lent[1], borrower, floor)]
     evicted = [o for o in (held, got) if seen[o.name].evicted and o.status != "unexpected-oom"]
     if evicted:
+        # Evicted within a guarantee is a failure whatever the pressure; the figures say how much there was.
+        pressure_figures(suite, borrowed, got, within(claim))
         raise fail(
             "evicted within their guarantee: "
             + "; ".join(f"{o.name} ({seen[o.name].mechanism}: {seen[o.name].detail})" for o in evicted)
-            + f" (the GPU was under pressure because {borrower.name} borrowed beyond its request of "
-            f"{request} MiB)"
+            + f" (the GPU was under pressure because {lender.name} and {borrower.name} borrowed beyond "
+            f"their request of {request} MiB)"
         )
+    pressure_shown(suite, borrowed, got, within(claim))
     require(held, ("ok",), f"it held {kept} MiB within its guarantee and must keep running")
     beat = held.step("heartbeat")
     if beat.get("used_min") and min(beat["used_min"]) < within(kept) * MIB:

@@ -10,6 +10,8 @@ and acts:
   shortfall; plus, on any GPU, clients above their *hard* limit (possible only where the backend
   could not apply it). Evicting a client frees all it holds on that GPU, so its whole usage
   counts toward the shortfall, not only its overage.
+- ``victims_for_growth`` is the seeded fault ``evict-guaranteed-for-borrower`` only (pure as well):
+  it reads a borrower's growth into a full GPU as if it were a guaranteed claim.
 - ``Evictor`` polls every ``evict_interval_s`` (100 ms by default; the target is a reaction
   within 1 s), evicts the victim's Pod through the **Eviction API** (so the Pod is deleted with
   its disruption budget honoured, and the runtime stops it), then reclaims its memory in the
@@ -31,7 +33,11 @@ from typing import Any, Literal
 
 from enforcement.agent import kube as k
 from enforcement.agent.handler import AgentCore
-from enforcement.backends import MIB, BackendUnavailable, GpuPressure
+from enforcement.backends import MIB, BackendUnavailable, GpuPressure, Usage
+
+FULL_SHARE = 0.02
+"""The fault ``evict-guaranteed-for-borrower`` counts a GPU with less than this share free as filled
+(a borrower growing until out of memory stops within one granule of the edge)."""
 
 
 @dataclass(frozen=True)
@@ -52,11 +58,14 @@ def choose_victims(
     *,
     evict_guaranteed: bool = False,
     without_pressure: bool = False,
+    every_borrower: bool = False,
 ) -> list[Victim]:
     """Whom to evict now (see the module docstring). ``skip``: clients not to choose this round.
 
-    ``evict_guaranteed`` and ``without_pressure`` are the seeded faults ``evict-guaranteed`` (it
-    picks the waiting clients) and ``evict-without-pressure`` (every borrower, pressure or not).
+    ``evict_guaranteed``, ``without_pressure`` and ``every_borrower`` are the seeded faults
+    ``evict-guaranteed`` (it picks the waiting clients), ``evict-without-pressure`` (every borrower,
+    pressure or not) and ``evict-all-borrowers`` (under pressure, every borrower, however small the
+    shortfall).
     """
     skipped = set(skip)
     chosen: list[Victim] = []
@@ -100,7 +109,8 @@ def choose_victims(
                     taken.add(name)
                     chosen.append(Victim(name, p.uuid, "pressure", 0, 0, 0, p.waiting))
             continue
-        need = p.shortfall_bytes
+        # The fault evict-all-borrowers: the shortfall never runs out, so every borrower goes.
+        need = p.shortfall_bytes if not every_borrower else sum(c.used_bytes for c in p.candidates) + 1
         for c in sorted(p.candidates, key=lambda c: (-c.overage_bytes, c.client)):
             if need <= 0:
                 break
@@ -122,6 +132,39 @@ def choose_victims(
                 )
             )
             need -= c.used_bytes
+    return chosen
+
+
+def victims_for_growth(
+    pressures: Iterable[GpuPressure], usage: Usage, skip: Iterable[str] = ()
+) -> list[Victim]:
+    """The seeded fault ``evict-guaranteed-for-borrower``, never the reference's behaviour: on each GPU
+    that borrowers above their request have filled (less than ``FULL_SHARE`` of it free) while nobody
+    within a guarantee waits, the client within its guarantee holding the most there, as if the
+    borrowers' growth were a guaranteed claim. (A borrower's growth is no claim: it borrows only idle
+    memory, docs/contract.md §6.)"""
+    skipped = set(skip)
+    capacity = {g.uuid: g.capacity_bytes for g in usage.gpus}
+    chosen: list[Victim] = []
+    for p in pressures:
+        cap = capacity.get(p.uuid, 0)
+        borrowers = tuple(c.client for c in p.candidates if c.overage_bytes > 0)
+        if p.under_pressure or not borrowers or not cap or p.free_bytes >= cap * FULL_SHARE:
+            continue
+        within = [
+            (share.used_bytes, client.name, share)
+            for client in usage.clients
+            for share in client.gpus
+            if share.uuid == p.uuid
+            and 0 < share.used_bytes <= share.guarantee_bytes
+            and client.name not in skipped
+        ]
+        if not within:
+            continue
+        used, name, share = max(within, key=lambda w: (w[0], w[1]))
+        chosen.append(
+            Victim(name, p.uuid, "pressure", used, share.guarantee_bytes, share.hard_limit_bytes, borrowers)
+        )
     return chosen
 
 
@@ -169,7 +212,16 @@ class Evictor:
             skip,
             evict_guaranteed=core.options.has("evict-guaranteed"),
             without_pressure=core.options.has("evict-without-pressure"),
+            every_borrower=core.options.has("evict-all-borrowers"),
         )
+        if core.options.has("evict-guaranteed-for-borrower"):
+            taken = {v.client for v in victims}
+            try:
+                usage = core.backend.usage()
+            except BackendUnavailable:
+                usage = None
+            if usage is not None:
+                victims += victims_for_growth(pressures, usage, skip | taken)
         done: list[Victim] = []
         waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
         period = core.options.reaction_period_s

@@ -21,6 +21,11 @@ FAULTS: Final[dict[str, str]] = {
     "no-eviction": "the evictor never evicts anyone",
     "evict-guaranteed": "under pressure the evictor evicts the waiting clients (within their guarantee)",
     "evict-without-pressure": "the evictor evicts every borrower above its request, pressure or not",
+    "evict-all-borrowers": "under pressure the evictor evicts every borrower above its request on the GPU, "
+    "though evicting one already covers the shortfall",
+    "evict-guaranteed-for-borrower": "borrowers above their request that have filled a GPU (less than 2 % of "
+    "it free, nobody within a guarantee waiting) get the client within its guarantee holding the most "
+    "there evicted, as if a borrower's growth were a guaranteed claim",
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
     "mode-guard-one-way": "refuses an sm-sharing container on a GPU running time-slicing, but starts a "
     "time-slicing one (or one with no mode) on a GPU running sm-sharing",

@@ -226,3 +226,44 @@ def test_unknown_mechanisms_and_negative_periods_are_refused() -> None:
         AgentOptions(node="n", evict_by="ask-nicely")
     with pytest.raises(ValueError, match="reaction period"):
         AgentOptions(node="n", reaction_period_s=-1)
+
+
+# ---- the seeded faults evict-all-borrowers and evict-guaranteed-for-borrower
+
+
+def test_the_evict_all_borrowers_fault_takes_every_borrower_though_one_covers_the_shortfall() -> None:
+    assert names(choose_victims([pressure(300, A, B, UNDER)])) == ["b"]
+    assert names(choose_victims([pressure(300, A, B, UNDER)], every_borrower=True)) == ["b", "a"]
+    assert choose_victims([pressure(0, A, B, under=False)], every_borrower=True) == []
+
+
+def contend(agent: SimAgent) -> dict:
+    """GPU of 1024 MiB: a keeper within its guarantee, a borrower at 300 MiB past its request, and a
+    second borrower that took every idle byte (no guaranteed client waits)."""
+    node = agent.node
+    ctxs = {}
+    for name, request, limit, hold in (("keeper", 200, 200, 200), ("b1", 64, 900, 364), ("b2", 64, 900, 460)):
+        _pod, token = admit(agent, name, request, limit)
+        ctxs[name], _ = node.open_context(token)
+        node.alloc(ctxs[name], 0, hold * MIB)
+    return ctxs
+
+
+def test_a_borrower_that_filled_its_gpu_gets_nobody_evicted_by_the_reference() -> None:
+    agent = sim_agent((1024,))
+    contend(agent)
+    assert Evictor(agent.core).run_once() == []
+    assert agent.kube.evictions == []
+
+
+def test_the_evict_guaranteed_for_borrower_fault_evicts_the_keeper_for_the_borrowers_growth() -> None:
+    options = AgentOptions(node="node-a", faults=frozenset({"evict-guaranteed-for-borrower"}))
+    agent = sim_agent((1024,), options=options)
+    contend(agent)
+    done = Evictor(agent.core).run_once()
+    assert names(done) == ["ns/keeper/main"]
+    assert [ref.pod for ref, _at in agent.kube.evictions] == ["keeper"]
+    # With room left on the GPU the fault does nothing: a full GPU is what it reads as a claim.
+    agent = sim_agent((2048,), options=options)
+    contend(agent)
+    assert Evictor(agent.core).run_once() == []

@@ -293,3 +293,86 @@ def test_searches_by_device_keeps_each_devices_own_search() -> None:
     got = j.searches_by_device(result)
     assert sorted(got) == [0, 1] and got[1]["max_bytes"] == 2
     assert j.searches_by_device(None) == {} and j.searches_by_device({"steps": [{"op": "touch"}]}) == {}
+
+
+# ---------------------------------------------------------------------------------- pressure shown first
+
+
+def ran(name: str, *steps: dict[str, Any], status: str = "ok") -> Outcome:
+    return Outcome(name, "Succeeded", 0, "Completed", {"status": status, "steps": list(steps)}, False, "")
+
+
+def test_what_a_borrower_held_when_ready_is_the_devices_count_else_its_allocations() -> None:
+    counted = ran(
+        "b",
+        {"op": "alloc", "bytes": 100 * MIB},
+        {"op": "alloc-until-oom", "max_bytes": 300 * MIB},
+        {"op": "meminfo", "devices": [{"i": 0, "used": 412 * MIB, "free": 0}]},
+        {"op": "ready"},
+        {"op": "meminfo", "devices": [{"i": 0, "used": 0, "free": 0}]},  # after Ready: not counted
+    )
+    assert j.held_when_ready(counted) == 412
+    summed = ran(
+        "b", {"op": "alloc", "bytes": 100 * MIB}, {"op": "alloc", "bytes": 50 * MIB}, {"op": "ready"}
+    )
+    assert j.held_when_ready(summed) == 150
+    never_ready = ran("b", {"op": "alloc", "bytes": 100 * MIB})
+    assert j.held_when_ready(never_ready) is None
+    killed = Outcome("b", "Failed", 137, "Error", None, False, "")
+    assert j.held_when_ready(killed) is None
+    assert j.held_when_ready(killed, 300) == 300  # what its plan holds once it was seen Ready
+
+
+def test_a_claimant_lacked_memory_when_refused_at_first_or_shown_too_little_free() -> None:
+    refused = ran(
+        "c",
+        {"op": "meminfo", "devices": [{"i": 0, "used": 0, "free": 512 * MIB}]},
+        {
+            "op": "alloc",
+            "outcome": "ok",
+            "ms": 420.0,
+            "pressure_resolved": {"attempts": 9, "refused_as": "pressure"},
+        },
+    )
+    figures = j.claim_figures(refused, 400)
+    assert figures["lacked"] and figures["refusedAtFirstAs"] == "pressure" and figures["attempts"] == 9
+    never_granted = ran("c", {"op": "alloc", "outcome": "oom"}, status="unexpected-oom")
+    assert j.claim_figures(never_granted, 400)["refusedAtFirstAs"] == "oom"
+    blocked = ran(  # a GPU that blocks the allocation until memory is there: the free memory shows it
+        "c",
+        {"op": "meminfo", "devices": [{"i": 0, "used": 0, "free": 10 * MIB}]},
+        {"op": "alloc", "outcome": "ok", "ms": 900.0},
+    )
+    assert j.claim_figures(blocked, 400)["lacked"]
+    granted = ran(
+        "c",
+        {"op": "meminfo", "devices": [{"i": 0, "used": 0, "free": 512 * MIB}]},
+        {"op": "alloc", "outcome": "ok", "ms": 1.0},
+    )
+    assert not j.claim_figures(granted, 400)["lacked"]
+
+
+def test_pressure_is_shown_only_with_borrowers_above_their_request_and_a_claimant_short() -> None:
+    short = {"askedMiB": 400, "freeBeforeMiB": 0, "refusedAtFirstAs": "pressure", "lacked": True}
+    shown = j.judge_pressure({"b0": (460, 256), "b1": (560, 256)}, "c", short)
+    assert shown.shown and not shown.missing
+    assert shown.as_fact()["borrowers"]["b1"]["aboveRequestMiB"] == 304
+    within = j.judge_pressure({"b0": (256, 256), "b1": (None, 256)}, "c", short)
+    assert not within.shown
+    assert "b0 held 256 MiB, not more than its request of 256 MiB" in within.missing
+    assert any("b1 left no figures" in m for m in within.missing)
+    plenty = dict(short, lacked=False, refusedAtFirstAs=None, freeBeforeMiB=900)
+    granted = j.judge_pressure({"b0": (460, 256)}, "c", plenty)
+    assert not granted.shown and "never lacked memory" in granted.missing[0]
+    assert granted.as_fact()["claimant"]["freeBeforeMiB"] == 900
+
+
+def test_no_more_borrowers_are_evicted_than_the_shortfall_requires() -> None:
+    # Each of two borrowers alone covers a claim of 300 MiB on a full GPU: evicting both is one too many.
+    assert j.needless_evictions({"b1": 550}, 0, 300) == []
+    assert j.needless_evictions({"b0": 450}, 0, 300) == []
+    assert j.needless_evictions({"b0": 450, "b1": 550}, 0, 300) == ["b0", "b1"]
+    # Two needed together: neither alone covers 700 MiB.
+    assert j.needless_evictions({"b0": 450, "b1": 550}, 0, 700) == []
+    # Free memory counts: with 200 MiB free, 180 more were needed; b0 (450) was enough, b2 (160) was not.
+    assert j.needless_evictions({"b0": 450, "b2": 160}, 200, 380) == ["b2"]
