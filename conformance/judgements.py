@@ -9,6 +9,8 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
   the workload's granularity on the ideal simulated device, and on any other device (a real GPU,
   the simulated H200) the larger of 1 GiB and 2 % of the limit: the CUDA context, 2 MiB pages and
   driver reservations sit inside the limit. Above the limit always fails.
+- **Own usage** (``judge_smi_usage``): nvidia-smi's used memory in a container counts all of its own
+  allocation and no more than the same tolerance above it, so a neighbour's memory cannot hide in it.
 - **Headroom** (``headroom_mib``): every allocation a scenario expects to succeed within a limit or a
   guarantee of ``size`` leaves this much of it unused, so that the context and the pages fit.
 - **Eviction by its effect** (``eviction_effect``): a borrower was evicted when, after the pressure,
@@ -148,6 +150,46 @@ def searches_by_device(result: Mapping[str, Any] | None) -> dict[int, dict[str, 
         if step.get("op") == "alloc-until-oom":
             out[int(step.get("device") or 0)] = dict(step)
     return out
+
+
+def judge_smi_usage(
+    who: str,
+    listed: Sequence[Mapping[str, Any]],
+    own_mib: Mapping[int, int],
+    neighbour_mib: Mapping[int, int],
+    limit_mib: int,
+    fidelity: str | None,
+) -> list[str]:
+    """Whether nvidia-smi's used memory is the container's own (docs/contract.md §5), per GPU it
+    lists (``listed``: the ``smi`` step's ``gpus``, by container ordinal ``index``).
+
+    ``own_mib``: what the container allocated there; ``neighbour_mib``: what other containers hold
+    on the same GPU. Used must count every MiB of its own allocation, and no more than the one
+    tolerance above it (``tolerance_mib``: a CUDA context, pages, driver reservations; exact on the
+    ideal device), so a neighbour's memory larger than the tolerance cannot hide in it."""
+    tol = tolerance_mib(limit_mib, fidelity)
+    problems = []
+    for gpu in listed:
+        index, used = int(gpu.get("index") or 0), int(gpu.get("used_mib") or 0)
+        own, other = own_mib.get(index, 0), neighbour_mib.get(index, 0)
+        where = f"GPU {index} ({gpu.get('uuid')})"
+        if used < own:
+            problems.append(
+                f"{who}: nvidia-smi shows {used} MiB used on {where}, less than the {own} MiB it "
+                "allocated there: its own memory is not counted"
+            )
+        elif used - own > tol:
+            extra = used - own
+            whose = (
+                f"; a neighbour holds {other} MiB on that GPU: its memory is counted as the container's"
+                if other and extra >= other
+                else ""
+            )
+            problems.append(
+                f"{who}: nvidia-smi shows {used} MiB used on {where}, {extra} MiB more than the {own} MiB "
+                f"it allocated there (tolerance {tol} MiB on a {fidelity or 'unknown'} device){whose}"
+            )
+    return problems
 
 
 # ----------------------------------------------------------------------------------- eviction

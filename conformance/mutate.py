@@ -104,6 +104,7 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "shared-fault-domain": ("fault-isolation",),
     "whole-gpu-visibility": ("smi-visibility", "env-injection"),
     "full-visibility": ("smi-visibility", "env-injection"),
+    "smi-device-used": ("smi-visibility",),
     "wrong-visible-devices": ("env-injection",),
     "fence-whole-pod": ("env-injection",),
     "leak-on-exit": ("release-on-exit",),

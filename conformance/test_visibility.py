@@ -4,7 +4,8 @@ docs/contract.md §5. The node agent gives a fenced container ``NVIDIA_GPU_MEMOR
 ``NVIDIA_GPU_MEMORY_LIMIT`` (whole MiB), ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (the limit per
 container-visible ordinal: ``0=4096M,1=4096M``), ``CUDA_MPS_PIPE_DIRECTORY`` and
 ``NVIDIA_VISIBLE_DEVICES`` (the assigned GPUs), over whatever the container set itself; and the
-NVML shim makes ``nvidia-smi`` list exactly those GPUs, each with the limit as its total memory.
+NVML shim makes ``nvidia-smi`` list exactly those GPUs, each with the limit as its total memory and
+the container's own usage as its used memory (judged beside a neighbour holding memory on the GPU).
 
 The values are judged against the placement annotations as the node read them (what the suite or
 the scheduler wrote), with GPUs compared by identity: an index, a UUID and a CDI name of one GPU
@@ -17,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from conformance.judgements import device_fidelity, judge_smi_usage, within
 from enforcement.agent.environment import (
     ENV_LIMIT,
     ENV_PINNED_LIMIT,
@@ -35,6 +37,14 @@ from workloads.simwire import SIM_TOKEN_ENV
 SHARE: Final = 0.25
 MIB: Final = 1024 * 1024
 LIMIT_SHARE: Final = 0.3
+OWN_SHARE: Final = 0.1
+"""What a container allocates before its nvidia-smi looks (well within its request)."""
+NEIGHBOUR_SHARE: Final = 0.25
+"""The neighbour's request: above the 0.2 a scheduler's stage leaves beside a filler, so it shares
+the scenario's GPU in every profile."""
+NEIGHBOUR_HELD_SHARE: Final = 0.2
+"""What the neighbour holds (within its request's headroom), far more than the usage tolerance."""
+BEAT_S: Final = 0.1
 SIDECAR: Final = "sidecar"
 """A second container of the fenced Pod, with no gpu annotations of its own."""
 DECOY_VALUES: Final[dict[str, str]] = {
@@ -262,7 +272,8 @@ def test_env_injection(suite: Suite) -> None:
     id="smi-visibility",
     level="MUST",
     statement="nvidia-smi inside a fenced container MUST list exactly the GPUs assigned to it, each with "
-    "memory.total equal to its gpu-memory.limit, where the implementation claims an NVML memory view.",
+    "memory.total equal to its gpu-memory.limit and memory.used counting its own allocations only (not "
+    "a neighbour's on the same GPU), where the implementation claims an NVML memory view.",
     profiles=("node", "stack", "probe"),
     features=("nvml-memory-view",),
     seed="000/4",
@@ -271,8 +282,26 @@ def test_env_injection(suite: Suite) -> None:
 def test_smi_visibility(suite: Suite) -> None:
     count = device_count(suite)
     stage = Stage(suite, gpus=count)
-    look = plan("smi", {"op": "smi"})
+    # A neighbour holding a large share of the same GPU first: a view that counts the whole device's
+    # usage shows it (it is far larger than the tolerance), one that counts the container's does not.
+    beside = stage.mib(NEIGHBOUR_SHARE)
+    held = min(stage.mib(NEIGHBOUR_HELD_SHARE), within(beside))
+    neighbour = stage.place(
+        "neighbour",
+        plan(
+            "neighbour",
+            {"op": "alloc", "bytes": held * MIB},
+            {"op": "ready"},
+            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+        ),
+        request_mib=beside,
+    )
+    ended = stage.wait_ready(neighbour.name)
+    if ended is not None:
+        require(ended, (), f"it holds {held} MiB within its own guarantee and limit on an idle GPU")
     request, limit = stage.mib(SHARE), stage.mib(LIMIT_SHARE)
+    own = stage.mib(OWN_SHARE)  # on its first GPU, well within its request: then nvidia-smi looks
+    look = plan("smi", {"op": "alloc", "bytes": own * MIB}, {"op": "smi"})
     names = [stage.pod("single", look, request_mib=request, limit_mib=limit)]
     if count > 1:
         names.append(stage.pod("pair", look, request_mib=request, limit_mib=limit, devices=2))
@@ -281,11 +310,23 @@ def test_smi_visibility(suite: Suite) -> None:
     for name in names:
         placed = stage.placed(name)
         out = stage.wait_ended(name)
-        require(out, ("ok",), "nvidia-smi must answer inside a fenced container")
+        require(out, ("ok",), "it allocates within its request, and nvidia-smi must answer in it")
         listed = out.step("smi").get("gpus") or []
-        seen[name] = {"listed": listed, "assigned": list(placed.gpus), "limitMiB": placed.written_limit_mib}
         node = suite.cluster.read_node(placed.node)
         uuids = tuple(resolve_device(str(g.get("uuid")), node) for g in listed)
+        # What each listed GPU holds of its own (ordinal 0) and of the neighbour's, by node GPU.
+        own_by_index = {int(g.get("index") or 0): own for g in listed if int(g.get("index") or 0) == 0}
+        shared = {
+            int(g.get("index") or 0): held for g, u in zip(listed, uuids, strict=True) if u in neighbour.gpus
+        }
+        seen[name] = {
+            "listed": listed,
+            "assigned": list(placed.gpus),
+            "limitMiB": placed.written_limit_mib,
+            "ownAllocationMiB": own_by_index,
+            "neighbourHeldMiB": shared,
+            "fidelity": device_fidelity(out.result),
+        }
         if sorted(uuids) != sorted(placed.gpus) or len(uuids) != len(placed.gpus):
             problems.append(
                 f"{name}: nvidia-smi lists {', '.join(uuids) or 'no GPU'}, but it was assigned "
@@ -299,7 +340,26 @@ def test_smi_visibility(suite: Suite) -> None:
                 + ", ".join(f"{t} MiB on {u}" for u, t in wrong.items())
                 + f", expected its limit of {placed.written_limit_mib} MiB"
             )
+        problems += judge_smi_usage(
+            name, listed, own_by_index, shared, placed.written_limit_mib, device_fidelity(out.result)
+        )
+        if not shared:
+            suite.not_judged(
+                f"{name}'s used memory beside a neighbour",
+                f"the neighbour was placed on {', '.join(neighbour.gpus)}, none of its GPUs",
+            )
+    late = stage.stop(neighbour.name)
+    beat = late.step("heartbeat")
+    kept = beat.get("ended_by") == "signal"
+    seen["neighbour"] = {"heldMiB": held, "gpus": list(neighbour.gpus), "heldUntilStopped": kept}
     suite.evidence.fact("nvidiaSmi", seen)
+    if not kept:
+        # It may have ended before nvidia-smi looked: its memory was then no test of the view.
+        suite.not_judged(
+            "used memory beside a neighbour",
+            f"the neighbour {neighbour.name} did not hold its memory until stopped "
+            f"(it ended {late.status or late.phase})",
+        )
     if problems:
         raise fail("; ".join(problems))
 

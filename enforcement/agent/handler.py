@@ -248,6 +248,8 @@ class AgentCore:
             shared_fault_domain=self.options.has("shared-fault-domain"),
             # Seeded fault: an overrun is fenced by scrubbing the neighbours' pages.
             unprotected_memory=self.options.has("clobber-neighbour"),
+            # Seeded fault: the container's NVML view counts its GPUs' whole usage.
+            device_usage_view=self.options.has("smi-device-used"),
         )
 
     def _attach(self, request: ClientRequest) -> Any:

@@ -38,6 +38,8 @@ FAULTS: Final[dict[str, str]] = {
     "do: a device fault in one ends its neighbours (they still take turns)",
     "whole-gpu-visibility": "every fractional container sees every GPU of the node, unlimited",
     "full-visibility": "every fractional container sees every GPU of the node (each with its own limit)",
+    "smi-device-used": "a fractional container's nvidia-smi reports its GPUs' whole used memory, its "
+    "neighbours' included, instead of its own (its NVML view counts the whole device)",
     "fence-whole-pod": "a Pod's fraction fences every container of it: a sidecar without gpu annotations "
     "gets the enforcement environment and its own share of the GPU",
     "wrong-visible-devices": "NVIDIA_VISIBLE_DEVICES names other GPUs than the container is fenced on",

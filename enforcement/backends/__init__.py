@@ -123,6 +123,10 @@ class ClientRequest:
     """Fence the client's overruns by scrubbing its GPU neighbours' pages. Only the seeded agent fault
     ``clobber-neighbour`` sets it; the simulated device honours it, the MPS backend ignores it (a real
     driver never hands one client's pages to another)."""
+    device_usage_view: bool = False
+    """Show the client's NVML readers (nvidia-smi) its GPUs' whole used memory, every client's, instead
+    of its own. Only the seeded agent fault ``smi-device-used`` sets it; the simulated device honours
+    it, the MPS backend ignores it (it configures no NVML view)."""
 
 
 @dataclass(frozen=True)

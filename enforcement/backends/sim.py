@@ -172,6 +172,7 @@ class SimBackend:
             labels=dict(request.labels),
             shared_fault_domain=request.shared_fault_domain,
             unprotected_memory=request.unprotected_memory,
+            device_usage_view=request.device_usage_view,
         )
 
         def attach(admin: _Admin) -> Any:

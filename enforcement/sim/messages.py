@@ -68,6 +68,10 @@ class ClientSpec:
     unprotected_memory: bool = False
     """Fence this client's overruns by scrubbing its GPU neighbours' pages (the seeded agent fault
     ``clobber-neighbour``): never the default."""
+    device_usage_view: bool = False
+    """Show this client's NVML readers (non-CUDA connections: nvidia-smi) the used memory of its GPUs as
+    a whole, every client's, instead of its own (the seeded agent fault ``smi-device-used``): never
+    the default."""
 
 
 @message("attach")

@@ -198,6 +198,8 @@ class _Client:
     """In its GPUs' shared fault domain even in time-slicing (``ClientSpec.shared_fault_domain``)."""
     unprotected_memory: bool = False
     """Its overruns are fenced by reclaiming neighbours' pages (``ClientSpec.unprotected_memory``)."""
+    device_usage_view: bool = False
+    """Its NVML readers see its GPUs' whole usage (``ClientSpec.device_usage_view``)."""
     fault: FaultReply | None = None
     gone: GoneReply | None = None
     # Set on fault or detach: wakes this client's running kernel so it fails at once.
@@ -219,9 +221,12 @@ class Context:
 
     _ids = itertools.count(1)
 
-    def __init__(self, client: _Client, pid: int | None) -> None:
+    def __init__(self, client: _Client, pid: int | None, cuda: bool = True) -> None:
         self.id = next(Context._ids)
         self.pid = pid
+        # A CUDA process's connection, or an NVML reader's (the simulated nvidia-smi): they see the
+        # same figures, but where a broken agent configured the NVML view (device_usage_view).
+        self.cuda = cuda
         self._client = client
         self._allocations: dict[int, _Allocation] = {}
         self._handles = itertools.count(1)
@@ -321,6 +326,7 @@ class SimNode:
                 attached_at=time.time(),
                 shared_fault_domain=spec.shared_fault_domain,
                 unprotected_memory=spec.unprotected_memory,
+                device_usage_view=spec.device_usage_view,
             )
             for ordinal, (g, gpu) in enumerate(zip(spec.gpus, resolved, strict=True)):
                 share = _ClientGpu(
@@ -495,7 +501,7 @@ class SimNode:
         """
         with self._lock:
             client = self._find_token(token)
-            ctx = Context(client, pid)
+            ctx = Context(client, pid, cuda)
             client.contexts.add(ctx)
             reserve = self.fidelity.context_bytes if cuda else 0
             for share in client.gpus:
@@ -752,9 +758,15 @@ class SimNode:
             return VerifyReply(handle=handle, nbytes=alloc.nbytes, mismatched_bytes=mismatched)
 
     def meminfo(self, ctx: Context) -> MemInfoReply:
-        """What the NVML shim shows the container: total = its hard limit, used = its own usage."""
+        """What the NVML shim shows the container: total = its hard limit, used = its own usage (for
+        an NVML reader of a ``device_usage_view`` client, a broken agent's, the GPU's whole usage)."""
         with self._lock:
             client = self._usable(ctx)
+            whole = client.device_usage_view and not ctx.cuda
+
+            def used(s: _ClientGpu) -> int:
+                return s.gpu.used if whole else s.used
+
             return MemInfoReply(
                 devices=tuple(
                     DeviceMemory(
@@ -762,12 +774,12 @@ class SimNode:
                         uuid=s.gpu.spec.uuid,
                         name=s.gpu.spec.product,
                         total_bytes=s.hard,
-                        used_bytes=s.used,
+                        used_bytes=used(s),
                         free_bytes=max(
                             0,
-                            min(s.hard - s.used, s.gpu.free)
+                            min(s.hard - used(s), s.gpu.free)
                             if self.fidelity.pressure_as_oom
-                            else s.hard - s.used,
+                            else s.hard - used(s),
                         ),
                     )
                     for s in client.gpus

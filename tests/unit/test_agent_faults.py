@@ -236,3 +236,23 @@ def test_vague_refusal_refuses_but_its_message_only_echoes_the_value() -> None:
         for text in (adj.message, a.kube.events[0].message):
             assert "bad-gpu-memory" in text
             assert (key in text and "memory-quantity" in text) is names, text
+
+
+@pytest.mark.parametrize("broken", [True, False])
+def test_smi_device_used_shows_nvidia_smi_the_neighbours_memory_only(broken: bool) -> None:
+    a = agent("smi-device-used") if broken else agent()
+    envs = {}
+    for name in ("viewer", "neighbour"):
+        adj = a.core.create_container(make_pod(name, placement("main", 256, 512, devices=("0",))), "main")
+        assert adj.allowed
+        envs[name] = adj.env
+    neighbour = a.node.open_context(envs["neighbour"][SIM_TOKEN_ENV])[0]
+    a.node.alloc(neighbour, 0, 300 * MIB)
+    viewer = a.node.open_context(envs["viewer"][SIM_TOKEN_ENV])[0]
+    a.node.alloc(viewer, 0, 100 * MIB)
+    nvml = a.node.open_context(envs["viewer"][SIM_TOKEN_ENV], cuda=False)[0]
+    seen = a.node.meminfo(nvml).devices[0]
+    assert seen.total_bytes == 512 * MIB
+    assert seen.used_bytes == (400 if broken else 100) * MIB
+    # CUDA's own view (cudaMemGetInfo) is the container's either way: only nvidia-smi's is broken.
+    assert a.node.meminfo(viewer).devices[0].used_bytes == 100 * MIB

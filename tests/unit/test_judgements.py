@@ -376,3 +376,33 @@ def test_no_more_borrowers_are_evicted_than_the_shortfall_requires() -> None:
     assert j.needless_evictions({"b0": 450, "b1": 550}, 0, 700) == []
     # Free memory counts: with 200 MiB free, 180 more were needed; b0 (450) was enough, b2 (160) was not.
     assert j.needless_evictions({"b0": 450, "b2": 160}, 200, 380) == ["b2"]
+
+
+# ---- nvidia-smi's used memory
+
+
+def _gpu(index: int, used_mib: int) -> dict[str, Any]:
+    return {"index": index, "uuid": f"GPU-{index}", "total_mib": 43000, "used_mib": used_mib}
+
+
+@pytest.mark.parametrize(("fidelity", "context_mib"), [("ideal", 0), ("h200", 512), ("real", 600)])
+def test_smi_usage_passes_its_own_allocation_with_a_context(fidelity: str, context_mib: int) -> None:
+    listed = [_gpu(0, 14000 + context_mib), _gpu(1, context_mib)]
+    assert j.judge_smi_usage("single", listed, {0: 14000}, {0: 28000, 1: 28000}, 43000, fidelity) == []
+
+
+def test_smi_usage_that_counts_the_neighbour_fails_naming_both_figures() -> None:
+    problems = j.judge_smi_usage("single", [_gpu(0, 42512)], {0: 14000}, {0: 28000}, 43000, "h200")
+    assert len(problems) == 1
+    assert "42512 MiB used" in problems[0] and "14000 MiB" in problems[0]
+    assert "a neighbour holds 28000 MiB" in problems[0]
+
+
+def test_smi_usage_below_its_own_allocation_fails() -> None:
+    problems = j.judge_smi_usage("single", [_gpu(0, 0)], {0: 14000}, {}, 43000, "ideal")
+    assert problems and "its own memory is not counted" in problems[0]
+
+
+def test_smi_usage_above_the_tolerance_without_a_neighbour_names_no_neighbour() -> None:
+    problems = j.judge_smi_usage("single", [_gpu(0, 16000)], {0: 14000}, {}, 43000, "h200")
+    assert problems and "neighbour" not in problems[0]

@@ -512,6 +512,26 @@ def test_meminfo_shows_the_hard_limit_as_total_and_own_usage_as_used() -> None:
     ]
 
 
+def test_a_device_usage_view_shows_nvml_readers_the_whole_gpu_s_usage_and_cuda_its_own() -> None:
+    # The seeded agent fault smi-device-used: only the NVML reader (nvidia-smi, no CUDA context) is
+    # shown the neighbour's memory; cudaMemGetInfo keeps the client's own figures.
+    node = make_node(4096)
+    neighbour_token = node.attach(client_spec("b", ["0"], 1024)).token
+    other, _ = node.open_context(neighbour_token)
+    node.alloc(other, 0, 1024 * MiB)
+    token = node.attach(replace(client_spec("a", ["0"], 1024, 2048), device_usage_view=True)).token
+    cuda, _ = node.open_context(token)
+    node.alloc(cuda, 0, 100 * MiB)
+    nvml, _ = node.open_context(token, cuda=False)
+    seen = node.meminfo(nvml).devices[0]
+    assert (seen.total_bytes, seen.used_bytes, seen.free_bytes) == (2048 * MiB, 1124 * MiB, 924 * MiB)
+    own = node.meminfo(cuda).devices[0]
+    assert (own.used_bytes, own.free_bytes) == (100 * MiB, 1948 * MiB)
+    # Without the fault, an NVML reader of the neighbour sees the neighbour's own usage only.
+    reader, _ = node.open_context(neighbour_token, cuda=False)
+    assert node.meminfo(reader).devices[0].used_bytes == 1024 * MiB
+
+
 def test_device_ordinals_outside_the_visible_range_are_refused() -> None:
     node = make_node(1024, 1024)
     ctx = join(node, "a", 100)
