@@ -168,10 +168,12 @@ def records(box: Sandbox) -> dict[str, processes.ProcessRecord]:
 
 
 def rss_mib(pid: int) -> float:
+    """The process's resident memory; ProcessLookupError once it has ended (an exited process not yet
+    reaped keeps its status file, without a VmRSS line: a run sampled as it exits looked like that)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise ProcessLookupError(f"pid {pid} has ended (no VmRSS in its status)")
 
 
 def node_memory_mib(cluster: Cluster, node: str) -> int:
