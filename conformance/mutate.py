@@ -35,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -325,32 +326,49 @@ def run_mutation(
         gpu_nodes = [
             n.metadata.name for n in box.core_v1().list_node(label_selector="nvidia.com/gpu.count").items
         ]
-        for i in range(0, len(agent_faults), len(gpu_nodes)):
-            batch = list(zip(gpu_nodes, agent_faults[i : i + len(gpu_nodes)], strict=False))
-            faulty = Sandbox(replace(config, agent_faults=tuple(f"{node}:{fault}" for node, fault in batch)))
-            faulty.up(log=lambda m: None)
+        # One queue per node: a node takes its next fault as soon as its last run ends (batches waited
+        # for their slowest run). Only that node's agent restarts with the new fault: the sandbox's
+        # reconcile restarts a component only when its command changed, and the lock keeps one
+        # reconcile at a time, each with every node's current fault.
+        current: dict[str, str] = {}
+        reconcile = threading.Lock()
+        queue = list(agent_faults)
 
-            def agent_run(pair: tuple[str, str]) -> FaultResult:
-                node, fault = pair
-                run, took = _timed(
-                    lambda: judge(
-                        box.kubeconfig,
-                        out / "agent" / fault,
-                        REFERENCE,
-                        "--profile=node",
-                        "--skip-preflight",
-                        f"--gpu-node-selector={HOSTNAME}={node}",
-                        *_only(EXPECTED_AGENT, fault, quick),
-                        *extra,
-                        *fault_only,
-                    )
+        def agent_run(node: str, fault: str) -> FaultResult:
+            with reconcile:
+                current[node] = fault
+                faults = tuple(f"{n}:{f}" for n, f in sorted(current.items()))
+                Sandbox(replace(config, agent_faults=faults)).up(log=lambda m: None)
+            run, took = _timed(
+                lambda: judge(
+                    box.kubeconfig,
+                    out / "agent" / fault,
+                    REFERENCE,
+                    "--profile=node",
+                    "--skip-preflight",
+                    f"--gpu-node-selector={HOSTNAME}={node}",
+                    *_only(EXPECTED_AGENT, fault, quick),
+                    *extra,
+                    *fault_only,
                 )
-                found = _fault_result(fault, "agent", AGENT_FAULTS[fault], run, took)
-                log(f"mutation: agent fault {fault} on {node}: {found.verdict} {', '.join(found.caught_by)}")
-                return found
+            )
+            found = _fault_result(fault, "agent", AGENT_FAULTS[fault], run, took)
+            log(f"mutation: agent fault {fault} on {node}: {found.verdict} {', '.join(found.caught_by)}")
+            return found
 
-            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-                results += list(pool.map(agent_run, batch))
+        def node_worker(node: str) -> list[FaultResult]:
+            done: list[FaultResult] = []
+            while True:
+                with reconcile:
+                    if not queue:
+                        return done
+                    fault = queue.pop(0)
+                done.append(agent_run(node, fault))
+
+        with ThreadPoolExecutor(max_workers=len(gpu_nodes)) as pool:
+            per_node = list(pool.map(node_worker, gpu_nodes))
+        order = {fault: i for i, fault in enumerate(agent_faults)}
+        results += sorted((r for rs in per_node for r in rs), key=lambda r: order[r.fault])
     finally:
         box.down()
     return MutationReport(_now(), time.monotonic() - started, control, results, fidelity, quick)
