@@ -131,3 +131,13 @@ def test_scheduler_takes_no_fraction_on_a_node_whose_uuids_are_unknown() -> None
     assert not unknown.takes_fractions and "not known yet" in unknown.why_not(fractions=True)
     known = unknown.learned(("GPU-a", "GPU-b"))
     assert known.takes_fractions and known.gpus == ("GPU-a", "GPU-b")
+
+
+def test_each_scheduler_has_its_own_discovery_pod_per_node() -> None:
+    from fixtures.sandbox.scheduler.discovery import pod_name
+
+    names = {pod_name(owner, node) for owner in ("gpuconf-reference", "m-overcommit") for node in ("a", "b")}
+    assert len(names) == 4  # schedulers side by side never take each other's Pod for a leftover
+    assert pod_name("gpuconf-reference", "a") == pod_name("gpuconf-reference", "a")  # a leftover is found
+    long = pod_name("s", "n" * 80)
+    assert len(long) <= 63 and long[0].isalnum() and long[-1].isalnum()
