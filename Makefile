@@ -44,11 +44,13 @@ conformance: setup
 # worker (--dist loadfile: they share their module's sandbox), the heaviest first
 # (tests/integration/conftest.py). TEST_WORKERS=0 runs serially.
 # pytest's exit code 5 (no tests collected) is a failure here, never a silent pass.
+# The integration half ends with its 25 slowest tests (--durations), so every CI log shows where the
+# time went.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup
 	@$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS); u=$$?; \
-	$(BIN)/python -m pytest tests/integration $(XDIST) $(PYTEST_ARGS); i=$$?; \
+	$(BIN)/python -m pytest tests/integration $(XDIST) --durations=25 $(PYTEST_ARGS); i=$$?; \
 	if [ $$u -eq 5 ] || [ $$i -eq 5 ]; then echo "make test: pytest collected no tests: failing" >&2; exit 1; fi; \
 	if [ $$u -ne 0 ]; then exit $$u; fi; exit $$i
 

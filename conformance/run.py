@@ -112,7 +112,10 @@ def sandbox_reaction_period(args: argparse.Namespace) -> float:
 def pytest_args(args: argparse.Namespace, kubeconfig: Path | None, scheduler: str, target: str) -> list[str]:
     """``kubeconfig`` None: in-cluster configuration (the plugin finds it itself)."""
     # Paths go as --opt=value: pytest would take a lone path-like token as a hint for its rootdir.
-    out = ["--pyargs", "conformance", "-p", "no:cacheprovider", "-q", "--no-header"]
+    # Hypothesis's plugin (a dev dependency of gpuconf's own tests) imports all of Hypothesis at the
+    # end of every session, a third of a CPU-second per run: the suite has no Hypothesis test.
+    out = ["--pyargs", "conformance", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    out += ["-q", "--no-header"]
     if kubeconfig is not None:
         out.append(f"--kubeconfig={kubeconfig}")
     out += [f"--scheduler-name={scheduler}", f"--gpuconf-target={target}"]
