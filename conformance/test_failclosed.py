@@ -60,7 +60,7 @@ class Malformed:
 
     @property
     def blank_mode(self) -> bool:
-        """A present but blank mode: what ``node.validation.blankMode`` says the node does with."""
+        """A present but blank mode: ``node.validation.blankMode`` says what the node does with it."""
         return self.name in BLANK_MODE_CASES
 
 
