@@ -11,6 +11,9 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
   driver reservations sit inside the limit. Above the limit always fails.
 - **Own usage** (``judge_smi_usage``): nvidia-smi's used memory in a container counts all of its own
   allocation and no more than the same tolerance above it, so a neighbour's memory cannot hide in it.
+- **The NVML view** (``judge_smi_view``): nvidia-smi lists exactly the assigned GPUs, each with its
+  limit as memory.total, and used counted as above: ``smi-visibility``'s whole rule, wherever it runs
+  (the suite, ``gpuconf probe``).
 - **Headroom** (``headroom_mib``): every allocation a scenario expects to succeed within a limit or a
   guarantee of ``size`` leaves this much of it unused, so that the context and the pages fit.
 - **Eviction by its effect** (``eviction_effect``): a borrower was evicted when, after the pressure,
@@ -190,6 +193,37 @@ def judge_smi_usage(
                 f"it allocated there (tolerance {tol} MiB on a {fidelity or 'unknown'} device){whose}"
             )
     return problems
+
+
+def judge_smi_view(
+    who: str,
+    listed: Sequence[Mapping[str, Any]],
+    identities: Sequence[str],
+    assigned: Sequence[str],
+    limit_mib: int,
+    own_mib: Mapping[int, int],
+    neighbour_mib: Mapping[int, int],
+    fidelity: str | None,
+) -> list[str]:
+    """``smi-visibility``'s judgement of one container's ``smi`` step (``listed``: its ``gpus``):
+    exactly the ``assigned`` GPUs (``identities``: each listed GPU's identity, resolved as
+    ``assigned`` is), each with memory.total equal to ``limit_mib`` (exact: the shim reports the
+    limit, it does not measure it), and used counting its own allocations only
+    (``judge_smi_usage``). Empty when all of it holds."""
+    problems = []
+    if sorted(identities) != sorted(assigned) or len(identities) != len(assigned):
+        problems.append(
+            f"{who}: nvidia-smi lists {', '.join(identities) or 'no GPU'}, but it was assigned "
+            f"{', '.join(assigned)}"
+        )
+    wrong = {str(g.get("uuid")): g.get("total_mib") for g in listed if g.get("total_mib") != limit_mib}
+    if wrong:
+        problems.append(
+            f"{who}: memory.total "
+            + ", ".join(f"{t} MiB on {u}" for u, t in wrong.items())
+            + f", expected its limit of {limit_mib} MiB"
+        )
+    return problems + judge_smi_usage(who, listed, own_mib, neighbour_mib, limit_mib, fidelity)
 
 
 # ----------------------------------------------------------------------------------- eviction

@@ -97,6 +97,7 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "evict-without-pressure": ("no-eviction-without-pressure", "burst-borrowing"),
     "evict-all-borrowers": ("soft-limit-eviction",),
     "evict-guaranteed-for-borrower": ("guarantee-kept",),
+    "evict-when-full": ("no-eviction-without-pressure",),
     "no-mode-guard": ("mode-guard",),
     "mode-guard-one-way": ("mode-guard",),
     "forget-modes-after-restart": ("agent-restart",),
@@ -113,6 +114,7 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "fail-open": ("fail-closed",),
     "fail-open-silently": ("fail-closed",),
     "accept-bare-number": ("fail-closed",),
+    "blank-mode-default": ("fail-closed",),
     "vague-refusal": ("fail-closed",),
 }
 """Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""

@@ -5,6 +5,11 @@ agent fails *closed* (the container is not created) and names the key and the ru
 container's waiting state or an Event. A node that starts the container anyway runs it unfenced:
 whatever the annotations meant to limit is not limited.
 
+A present but blank ``gpu-compute.mode`` (empty, or whitespace only) is malformed too (``mode-word``);
+an older operator version took it as the default. Where the implementation's description says so
+(``node.validation.blankMode: default``) those cases are judged by their effect instead: the
+container starts and runs time-slicing.
+
 Only the ``node`` profile: malformed placement annotations are what a broken scheduler writes, and
 a correct one never does, so through a scheduler the scenario cannot be set up.
 """
@@ -16,11 +21,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from enforcement.contract import SUFFIX_DEVICES, SUFFIX_LIMIT, SUFFIX_MODE, SUFFIX_REQUEST, nvidia_key
+from enforcement.contract import (
+    SUFFIX_DEVICES,
+    SUFFIX_LIMIT,
+    SUFFIX_MODE,
+    SUFFIX_REQUEST,
+    TIME_SLICING,
+    nvidia_key,
+)
+from enforcement.implementations import BLANK_MODE_CASES, NodePart
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import placement_annotations
-from fixtures.suite.scenario import CONTAINER, Stage, plan
+from fixtures.suite.scenario import CONTAINER, Outcome, Stage, plan
 from fixtures.suite.waiting import WaitTimeout, wait_until
 
 EXPLAIN_S: Final = 15.0
@@ -45,8 +58,14 @@ class Malformed:
     def shown(self) -> str:
         return "(absent)" if self.value is None else repr(self.value)
 
+    @property
+    def blank_mode(self) -> bool:
+        """A present but blank mode: ``node.validation.blankMode`` says what the node does with it."""
+        return self.name in BLANK_MODE_CASES
+
 
 MINIMUM_WORDS: Final = ("memory-minimum", "minimum", "at least", "below", "too small")
+BLANK_MODE_WORDS: Final = ("mode-word", "time-slicing", "sm-sharing", "empty", "blank")
 
 
 def cases(gpu_count: int) -> tuple[Malformed, ...]:
@@ -80,6 +99,16 @@ def cases(gpu_count: int) -> tuple[Malformed, ...]:
             "SM-Sharing",
             "mode-word",
             ("mode-word", "time-slicing", "sm-sharing", "mode"),
+        ),
+        # A blank mode is not the default: an empty or blank value is malformed, not "absent". The
+        # key holds "mode" itself, so only the rule's own words name the rule here.
+        Malformed("blank-mode", nvidia_key(CONTAINER, SUFFIX_MODE), "", "mode-word", BLANK_MODE_WORDS),
+        Malformed(
+            "blank-mode-whitespace",
+            nvidia_key(CONTAINER, SUFFIX_MODE),
+            " ",
+            "mode-word",
+            (*BLANK_MODE_WORDS, "whitespace"),
         ),
         Malformed(
             "unknown-device",
@@ -162,7 +191,9 @@ def _spans(text: str, needle: str) -> list[tuple[int, int]]:
     level="MUST",
     statement="A container placed with malformed placement annotations MUST NOT start where the "
     "implementation makes the node agent the one to refuse that case, and its status or Events MUST name "
-    "the annotation key and the rule it breaks where the implementation claims its refusals do.",
+    "the annotation key and the rule it breaks where the implementation claims its refusals do; a blank "
+    "gpu-compute.mode is malformed, unless the implementation takes it as the default: then the container "
+    "MUST run time-slicing.",
     profiles=("node", "probe"),
     seed="000/4",
     needs=Needs(nodes=1, gpus=1, idle=True),
@@ -171,37 +202,46 @@ def test_fail_closed(suite: Suite) -> None:
     part = suite.options.node_part()
     stage = Stage(suite)
     never = plan("never", {"op": "hold", "seconds": 60})
-    chosen = []
+    chosen: list[Malformed] = []
+    defaulted: list[Malformed] = []
     for case in cases(stage.node.gpu_count):
         party = part.who_refuses(case.name)
-        if party == "node":
-            chosen.append(case)
-        else:
+        if party != "node":
             suite.not_judged(case.name, refused_elsewhere(part.implementation, party))
+        elif case.blank_mode and part.blank_mode == "default":
+            defaulted.append(case)
+        else:
+            chosen.append(case)
     names_key = part.refusal_names_key
-    if not names_key:
+    if not names_key and chosen:
         suite.not_judged(
             "refusal names key and rule", f"{part.implementation} does not claim its refusals name the key"
         )
-    if not chosen:
+    if not chosen and not defaulted:
         return
     # Every case's Pod at once, and one wait for all: the cases are independent, and the node
     # decides each in well under a second.
+    valid = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
     for case in chosen:
-        valid = placement_annotations(CONTAINER, 1024, 1024, stage.free[:1])
         stage.pod(case.name, never, request_mib=1024, annotations=placement(valid, case))
+    # Taken as the default: it starts, says which MPS server it reached, and ends.
+    looks = plan("blank-mode", {"op": "env", "names": [part.env.pipe_directory]}, {"op": "meminfo"})
+    for case in defaulted:
+        stage.pod(case.name, looks, request_mib=1024, annotations=placement(valid, case))
     said: dict[str, list[str]] = {}
+    everyone = [c.name for c in (*chosen, *defaulted)]
 
     def settled() -> bool:
-        said.update(_said(suite, [c.name for c in chosen]))
-        return all(_verdict(stage, c, said[c.name], names_key, final=False) is not None for c in chosen)
+        said.update(_said(suite, everyone))
+        refused = all(_verdict(stage, c, said[c.name], names_key, final=False) is not None for c in chosen)
+        return refused and all(stage.ran(c.name) or said[c.name] for c in defaulted)
 
     try:
         wait_until(settled, "every malformed container to be refused with a reason", suite.timeout(EXPLAIN_S))
     except WaitTimeout:
         pass  # the verdicts below say which case did not settle, and how
     time.sleep(suite.timeout(QUIET_S))
-    said.update(_said(suite, [c.name for c in chosen]))
+    said.update(_said(suite, everyone))
     problems: list[str] = []
     seen: dict[str, Any] = {}
     for case in chosen:
@@ -215,9 +255,88 @@ def test_fail_closed(suite: Suite) -> None:
         }
         if problem:
             problems.append(problem)
+    for case in defaulted:
+        ran = stage.ran(case.name)
+        out = stage.wait_ended(case.name) if ran else None
+        judged = default_verdict(case, part, out)
+        seen[case.name] = {
+            "key": case.key,
+            "value": case.shown,
+            "blankMode": part.blank_mode,
+            "started": ran,
+            "status": out.status if out is not None else None,
+            "deviceMode": (out.result or {}).get("mode") if out is not None else None,
+            "pipeDirectory": _pipe(out, part),
+            "said": said[case.name][-3:],
+            "judged": judged.as_fact(),
+        }
+        if judged.not_judged:
+            suite.not_judged(f"{case.name}'s compute mode", judged.not_judged)
+        if judged.problem:
+            problems.append(judged.problem)
     suite.evidence.fact("malformed", seen)
     if problems:
         raise fail("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class DefaultVerdict:
+    """How a blank mode taken as the default was judged: a problem (empty: none), and what was not."""
+
+    problem: str = ""
+    not_judged: str = ""
+    how: str = ""
+    """What the judgement rested on: the device's mode, the MPS pipe directory, or a refusal."""
+
+    def as_fact(self) -> dict[str, Any]:
+        return {"problem": self.problem, "notJudged": self.not_judged, "how": self.how}
+
+
+def _pipe(out: Outcome | None, part: NodePart) -> str | None:
+    if out is None:
+        return None
+    return (out.step("env").get("env") or {}).get(part.env.pipe_directory)
+
+
+def default_verdict(case: Malformed, part: NodePart, out: Outcome | None) -> DefaultVerdict:
+    """The judgement of a blank-mode case where ``part`` takes a blank mode as the default
+    (``blankMode: default``): it runs time-slicing, by the mode the device reports to the workload,
+    else by the MPS pipe directory the dialect names for time-slicing, else not judged (the fact
+    named). ``out``: how its container ended; None: it never started. A refusal is no failure: a
+    blank mode is malformed (docs/contract.md §2), so refusing it is what the contract asks for."""
+    declared = f"{part.implementation} declares node.validation.blankMode: default"
+    what = f"{case.name} ({case.key}: {case.shown})"
+    if out is None:
+        return DefaultVerdict(how=f"refused: stricter than {declared}, as the contract asks")
+    if out.status != "ok":
+        detail = ((out.result or {}).get("error") or {}).get("message") or out.reason or "no result"
+        return DefaultVerdict(
+            f"{what} ended {out.status or out.phase or 'without a result'} ({detail}), but {declared}: it "
+            "must run as time-slicing",
+            how="its outcome",
+        )
+    mode = (out.result or {}).get("mode")
+    if mode:
+        if mode != TIME_SLICING:
+            return DefaultVerdict(
+                f"{what} runs {mode} on its device, but {declared} (time-slicing)", how="the device's mode"
+            )
+        return DefaultVerdict(how="the device's mode")
+    want = part.env.pipe_directories.get(TIME_SLICING)
+    if want:
+        pipe = _pipe(out, part)
+        if pipe != want:
+            return DefaultVerdict(
+                f"{what} reached MPS pipe directory {pipe!r}, not {want!r} ({part.implementation}'s "
+                f"time-slicing server), but {declared}",
+                how="the MPS pipe directory",
+            )
+        return DefaultVerdict(how="the MPS pipe directory")
+    return DefaultVerdict(
+        not_judged=f"{declared}, and neither the device reports a mode to the workload nor does "
+        f"{part.implementation} name a time-slicing pipe directory: that it started is all that was judged",
+        how="that it started",
+    )
 
 
 def refused_elsewhere(implementation: str, party: str) -> str:

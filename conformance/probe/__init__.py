@@ -21,9 +21,9 @@ accepted too):
 | ``burst-borrowing`` | ``borrowing`` | grows from request to limit on an idle GPU, holds it, is not evicted |
 | ``soft-limit-eviction`` | ``pressure-eviction`` | a borrower is evicted when a guaranteed Pod needs it |
 | ``mode-guard`` | | the other mode is refused on a GPU, either way round (no mode: time-slicing) |
-| ``smi-visibility`` | ``visibility`` | the container sees only its GPUs, with the limit as their memory |
+| ``smi-visibility`` | ``visibility`` | nvidia-smi lists its GPU only, total = the limit, used = its own |
 | ``release-on-exit`` | ``release`` | a stopped container's memory and guarantee are released |
-| ``fail-closed`` | | a malformed contract is refused, naming key and rule |
+| ``fail-closed`` | | each malformed case (``cases()``, a blank mode too) is refused, naming key and rule |
 
 The result is the suite's result model (``reports.model``: ``RunRecord`` with ``source: probe``,
 one ``CheckResult`` per check keyed ``probe/<id>``), so every report renders a probe like a run:

@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from conformance.judgements import judge_boundary, kept_bytes, within
+from conformance.judgements import (
+    Intrusion,
+    device_fidelity,
+    judge_boundary,
+    judge_intrusion,
+    judge_smi_view,
+    kept_bytes,
+    within,
+)
 
 if TYPE_CHECKING:
     from enforcement.contract import Mode
@@ -245,7 +253,10 @@ def check_mode_guard(s: Session) -> tuple[str, dict[str, Any]]:
     first, a_adj = s.admit(_placement(small, small, ("0",), "time-slicing"), "time-slicing")
     _refused(a_adj)
     _second, b_adj = s.admit(_placement(small, small, ("0",), "sm-sharing"), "sm-sharing-same-gpu")
-    tried: list[tuple[str, Any, str]] = [("sm-sharing beside time-slicing", b_adj, first["metadata"]["name"])]
+    first_name = first["metadata"]["name"]
+    tried: list[tuple[Intrusion, Any]] = [
+        (Intrusion("sm-sharing-same-gpu", "sm-sharing", "0", first_name, "time-slicing"), b_adj)
+    ]
     evidence: dict[str, Any] = {}
     gpu = "1" if len(s.gpus) > 1 else "0"
     if gpu == "0":
@@ -254,25 +265,24 @@ def check_mode_guard(s: Session) -> tuple[str, dict[str, Any]]:
     evidence["holder"] = {"gpu": gpu, "allowed": c_adj.allowed, "message": c_adj.message}
     if not c_adj.allowed:
         raise CheckFailed(f"sm-sharing was refused on GPU {gpu}, which runs no time-slicing client", evidence)
+    holder_name = holder["metadata"]["name"]
     unset = _placement(small, small, (gpu,), "time-slicing")
     del unset[nvidia_key("main", SUFFIX_MODE)]
-    for name, what, placed in (
-        ("time-slicing-beside-sm", "time-slicing beside sm-sharing", _placement(small, small, (gpu,))),
-        ("unset-beside-sm", "no mode (time-slicing) beside sm-sharing", unset),
+    for name, written, placed in (
+        ("time-slicing-beside-sm", True, _placement(small, small, (gpu,))),
+        ("unset-beside-sm", False, unset),
     ):
         _pod, adj = s.admit(placed, name)
-        tried.append((what, adj, holder["metadata"]["name"]))
+        tried.append((Intrusion(name, "time-slicing", gpu, holder_name, "sm-sharing", written), adj))
     evidence["tried"] = {
-        what: {"allowed": adj.allowed, "reason": adj.reason, "message": adj.message} for what, adj, _ in tried
+        i.pod: {**i.as_fact(), "allowed": adj.allowed, "reason": adj.reason, "message": adj.message}
+        for i, adj in tried
     }
     evidence["events"] = [e.reason for e in s.kube.events]
-    for what, adj, other in tried:
-        if adj.allowed:
-            raise CheckFailed(
-                f"{what}: the container was started, mixing the compute modes on a GPU", evidence
-            )
-        if not all(word in adj.message for word in ("time-slicing", "sm-sharing", other)):
-            raise CheckFailed(f"{what}: the refusal does not name both modes and the other Pod", evidence)
+    # The suite's judgement of each intrusion (``conformance.judgements.judge_intrusion``).
+    problems = [p for i, adj in tried if (p := judge_intrusion(i, adj.allowed, [adj.message]))]
+    if problems:
+        raise CheckFailed("; ".join(problems), evidence)
     return (f"refused both ways ({len(tried)} containers); sm-sharing allowed on GPU {gpu}", evidence)
 
 
@@ -281,43 +291,89 @@ def _hex(uuid: str) -> str:
 
 
 def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
+    """The suite's smi-visibility, in process, with its sizes and its judgement
+    (``conformance.judgements.judge_smi_view``): a neighbour holds a large share of the assigned GPU
+    first, then the container allocates a known amount within its request and nvidia-smi looks."""
+    import math
+    import signal
+
+    from conformance.test_visibility import (
+        LIMIT_SHARE,
+        NEIGHBOUR_HELD_SHARE,
+        NEIGHBOUR_SHARE,
+        OWN_SHARE,
+        SHARE,
+    )
+
     target = s.gpus[-1]
-    request, limit = max(1, s.capacity_mib // 16), max(2, s.capacity_mib // 4)
-    pod, adj = s.admit(_placement(request, limit, (str(target.index),)))
+
+    def share(x: float) -> int:
+        return max(1, math.floor(x * target.memory_mib))
+
+    request, limit, own = share(SHARE), share(LIMIT_SHARE), share(OWN_SHARE)
+    beside = share(NEIGHBOUR_SHARE)
+    held = min(share(NEIGHBOUR_HELD_SHARE), within(beside))
+    devices = (str(target.index),)
+    n_pod, n_adj = s.admit(_placement(beside, beside, devices), "neighbour")
+    _refused(n_adj)
+    n_plan = {
+        "name": "neighbour",
+        "steps": [
+            {"op": "alloc", "bytes": held * MIB},
+            {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
+        ],
+    }
+    neighbour = s.run(n_pod, n_adj, n_plan)
+    neighbour.wait_for("heartbeat 1", WORKLOAD_TIMEOUT_S, or_exit=True)
+    pod, adj = s.admit(_placement(request, limit, devices))
     _refused(adj)
-    steps: list[dict[str, Any]] = [{"op": "meminfo"}]
-    if shutil.which("nvidia-smi", path=s.env(adj.env).get("PATH")):
+    steps: list[dict[str, Any]] = [{"op": "alloc", "bytes": own * MIB}, {"op": "meminfo"}]
+    has_smi = shutil.which("nvidia-smi", path=s.env(adj.env).get("PATH")) is not None
+    if has_smi:
         steps.append({"op": "smi", "expect": "any"})
     run = s.finish(s.run(pod, adj, {"name": "visibility", "steps": steps}), "visibility")
-    devices = run.result.get("devices") or []
-    meminfo = _step(run.result, "meminfo").get("devices") or []
-    smi = _step(run.result, "smi").get("gpus")
-    evidence = {
+    neighbour.proc.send_signal(signal.SIGTERM)
+    n_run = s.finish(neighbour, "neighbour")
+    kept = _step(n_run.result, "heartbeat").get("ended_by") == "signal"
+    listed = _step(run.result, "smi").get("gpus") or []
+    by_hex = {_hex(g.uuid): g.uuid for g in s.gpus}
+    identities = [by_hex.get(_hex(str(g.get("uuid", ""))), str(g.get("uuid", ""))) for g in listed]
+    fidelity = device_fidelity(run.result)
+    evidence: dict[str, Any] = {
         "assigned": {"index": target.index, "uuid": target.uuid, "limit_mib": limit},
         "env": {k: adj.env.get(k) for k in ("NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")},
-        "workload_devices": devices,
-        "meminfo": meminfo,
-        "nvidia_smi": smi,
+        "workload_devices": run.result.get("devices") or [],
+        "meminfo": _step(run.result, "meminfo").get("devices") or [],
+        "nvidia_smi": listed,
+        "own_allocation_mib": {0: own},
+        "neighbour": {"held_mib": held, "gpu": target.uuid, "held_until_stopped": kept},
+        "fidelity": fidelity,
         "exit_code": run.exit_code,
     }
-    if len(devices) != 1 or _hex(str(devices[0].get("uuid", ""))) != _hex(target.uuid):
-        raise CheckFailed(
-            f"the container sees {len(devices)} GPU(s), not exactly GPU {target.uuid}", evidence
+    if not s.simulated:
+        # A bare host has no container NVML shim: nvidia-smi shows the physical GPUs, so the rule
+        # (nvidia-smi in a fenced container) cannot be judged here.
+        raise CheckSkipped(
+            "a bare host has no container NVML shim, so what nvidia-smi shows inside a container is judged "
+            "by the suite's node profile, not here",
+            evidence,
         )
-    if s.simulated:
-        # The simulated NVML shim reports the limit as total, as the operator's shim does in a Pod.
-        if not meminfo or int(meminfo[0].get("total", -1)) != limit * MIB:
-            raise CheckFailed(f"memory total is not the limit of {limit} MiB", evidence)
-        if not smi or len(smi) != 1 or int(smi[0].get("total_mib", -1)) != limit:
-            raise CheckFailed(f"nvidia-smi does not show one GPU of {limit} MiB", evidence)
-        return f"1 GPU ({target.uuid[:12]}...) of {limit} MiB in NVML and nvidia-smi", evidence
-    # A bare host has no container NVML shim: nvidia-smi shows the physical GPUs, so the rule
-    # (nvidia-smi lists the assigned GPUs with the limit as total) cannot be judged here.
-    raise CheckSkipped(
-        f"1 GPU ({target.uuid[:12]}...) visible to CUDA; a bare host has no container NVML shim, so what "
-        "nvidia-smi shows inside a container is judged by the suite's node profile, not here",
-        evidence,
+    if not has_smi:
+        raise CheckFailed("the simulated device's nvidia-smi is not on the container's PATH", evidence)
+    problems = judge_smi_view(
+        "the container", listed, identities, (target.uuid,), limit, {0: own}, {0: held}, fidelity
     )
+    if problems:
+        raise CheckFailed("; ".join(problems), evidence)
+    summary = f"1 GPU ({target.uuid[:12]}...) of {limit} MiB in nvidia-smi, used = its own {own} MiB"
+    if not kept:
+        # It may have ended before nvidia-smi looked: its memory was then no test of the view.
+        evidence["not_judged"] = (
+            f"used memory beside a neighbour: the neighbour did not hold its {held} MiB until stopped "
+            f"(it ended {n_run.result.get('status')})"
+        )
+        return f"{summary}; not judged: {evidence['not_judged']}", evidence
+    return f"{summary}, not the neighbour's {held} MiB beside it", evidence
 
 
 def check_release(s: Session) -> tuple[str, dict[str, Any]]:

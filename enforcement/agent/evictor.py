@@ -12,6 +12,8 @@ and acts:
   counts toward the shortfall, not only its overage.
 - ``victims_for_growth`` is the seeded fault ``evict-guaranteed-for-borrower`` only (pure as well):
   it reads a borrower's growth into a full GPU as if it were a guaranteed claim.
+- ``victims_when_full`` is the seeded fault ``evict-when-full`` only (pure as well): it reads a
+  nearly full GPU as pressure, though nobody within a guarantee lacks memory.
 - ``Evictor`` polls every ``evict_interval_s`` (100 ms by default; the target is a reaction
   within 1 s), evicts the victim's Pod through the **Eviction API** (so the Pod is deleted with
   its disruption budget honoured, and the runtime stops it), then reclaims its memory in the
@@ -38,6 +40,8 @@ from enforcement.backends import MIB, BackendUnavailable, GpuPressure, Usage
 FULL_SHARE = 0.02
 """The fault ``evict-guaranteed-for-borrower`` counts a GPU with less than this share free as filled
 (a borrower growing until out of memory stops within one granule of the edge)."""
+NEARLY_FULL_SHARE = 0.1
+"""The fault ``evict-when-full`` evicts a borrower from a GPU with less than this share free."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,30 @@ def victims_for_growth(
     return chosen
 
 
+def victims_when_full(
+    pressures: Iterable[GpuPressure], usage: Usage, skip: Iterable[str] = ()
+) -> list[Victim]:
+    """The seeded fault ``evict-when-full``, never the reference's behaviour: on each GPU whose free
+    memory is under ``NEARLY_FULL_SHARE`` of it while nobody within a guarantee waits, the borrower
+    with the largest overage, as if a full GPU were pressure. (Pressure is a guarantee that cannot be
+    met; borrowers that fill a GPU take only idle memory, docs/contract.md §6.)"""
+    skipped = set(skip)
+    capacity = {g.uuid: g.capacity_bytes for g in usage.gpus}
+    chosen: list[Victim] = []
+    for p in pressures:
+        cap = capacity.get(p.uuid, 0)
+        if p.under_pressure or p.waiting or not cap or p.free_bytes >= cap * NEARLY_FULL_SHARE:
+            continue
+        borrowers = [c for c in p.candidates if c.overage_bytes > 0 and c.client not in skipped]
+        if not borrowers:
+            continue
+        c = max(borrowers, key=lambda c: (c.overage_bytes, c.client))
+        chosen.append(
+            Victim(c.client, p.uuid, "pressure", c.used_bytes, c.guarantee_bytes, c.hard_limit_bytes, ())
+        )
+    return chosen
+
+
 def _mib(n: int) -> str:
     return f"{n / MIB:.0f} MiB" if n % MIB == 0 or n >= 10 * MIB else f"{n} bytes"
 
@@ -214,14 +242,16 @@ class Evictor:
             without_pressure=core.options.has("evict-without-pressure"),
             every_borrower=core.options.has("evict-all-borrowers"),
         )
-        if core.options.has("evict-guaranteed-for-borrower"):
-            taken = {v.client for v in victims}
+        growth, full = core.options.has("evict-guaranteed-for-borrower"), core.options.has("evict-when-full")
+        if growth or full:
             try:
                 usage = core.backend.usage()
             except BackendUnavailable:
                 usage = None
-            if usage is not None:
-                victims += victims_for_growth(pressures, usage, skip | taken)
+            if usage is not None and growth:
+                victims += victims_for_growth(pressures, usage, skip | {v.client for v in victims})
+            if usage is not None and full:
+                victims += victims_when_full(pressures, usage, skip | {v.client for v in victims})
         done: list[Victim] = []
         waited = {p.uuid: max(p.waiting_s, now - self._pressure_since.get(p.uuid, now)) for p in pressures}
         period = core.options.reaction_period_s

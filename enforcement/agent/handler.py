@@ -70,6 +70,7 @@ from enforcement.backends import (
 from enforcement.contract import (
     SUFFIX_DEVICES,
     SUFFIX_LIMIT,
+    SUFFIX_MODE,
     SUFFIX_REQUEST,
     TIME_SLICING,
     Fraction,
@@ -346,17 +347,19 @@ class AgentCore:
     # ---- refusals
 
     def _as_read(self, pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
-        """The Pod as this agent reads it: unchanged, but for the ``accept-bare-number`` fault."""
-        if not self.options.has("accept-bare-number"):
+        """The Pod as this agent reads it: unchanged, but for the faults ``accept-bare-number`` and
+        ``blank-mode-default``, which read some malformed values as valid ones."""
+        bare, blank = self.options.has("accept-bare-number"), self.options.has("blank-mode-default")
+        if not (bare or blank):
             return pod
-        # Seeded fault: a bare number is read as bytes and rounded up to a whole MiB (4096 -> 1 MiB)
-        # instead of being refused as below the 1 MiB minimum, and the container is fenced with it.
         metadata = pod.get("metadata")
         if not isinstance(metadata, Mapping):
             return pod  # a broken document: the parser reports it, as without the fault
         metadata = dict(metadata)
         annotations = dict(_annotations(pod))
-        for suffix in (SUFFIX_REQUEST, SUFFIX_LIMIT):
+        # Seeded fault: a bare number is read as bytes and rounded up to a whole MiB (4096 -> 1 MiB)
+        # instead of being refused as below the 1 MiB minimum, and the container is fenced with it.
+        for suffix in (SUFFIX_REQUEST, SUFFIX_LIMIT) if bare else ():
             key = nvidia_key(container, suffix)
             value = annotations.get(key)
             if (
@@ -367,6 +370,12 @@ class AgentCore:
                 and 0 < int(value) < MIB
             ):
                 annotations[key] = f"{-(-int(value) // MIB)}Mi"
+        # Seeded fault: a present but blank mode is read as an absent one (time-slicing), as an older
+        # operator version did, instead of being refused as malformed (mode-word).
+        mode_key = nvidia_key(container, SUFFIX_MODE)
+        mode = annotations.get(mode_key)
+        if blank and isinstance(mode, str) and not mode.strip():
+            del annotations[mode_key]
         metadata["annotations"] = annotations
         return {**pod, "metadata": metadata}
 

@@ -26,6 +26,8 @@ FAULTS: Final[dict[str, str]] = {
     "evict-guaranteed-for-borrower": "borrowers above their request that have filled a GPU (less than 2 % of "
     "it free, nobody within a guarantee waiting) get the client within its guarantee holding the most "
     "there evicted, as if a borrower's growth were a guaranteed claim",
+    "evict-when-full": "the evictor evicts the borrower above its request holding the most on a GPU whose "
+    "free memory drops under 10 % of it, though nobody within a guarantee lacks memory (no pressure)",
     "no-mode-guard": "mixes time-slicing and sm-sharing on one GPU instead of refusing",
     "mode-guard-one-way": "refuses an sm-sharing container on a GPU running time-slicing, but starts a "
     "time-slicing one (or one with no mode) on a GPU running sm-sharing",
@@ -49,6 +51,8 @@ FAULTS: Final[dict[str, str]] = {
     "fail-open-silently": "a malformed contract starts the container unfenced, with no Event saying so",
     "accept-bare-number": "a bare number below 1 MiB (4096) is read as bytes, rounded up to 1 MiB and "
     "fenced with, instead of refused (memory-minimum)",
+    "blank-mode-default": "a present but blank gpu-compute.mode (empty or whitespace) is taken as the "
+    "default (time-slicing), as an older operator version did, instead of refused as malformed (mode-word)",
     "vague-refusal": "a malformed contract is refused, but the message only echoes the values: it names "
     "neither the key nor the rule",
 }

@@ -66,11 +66,17 @@ MALFORMED_CASES: Final = (
     "milli-unit",
     "request-above-limit",
     "unknown-mode",
+    "blank-mode",
+    "blank-mode-whitespace",
     "unknown-device",
     "memory-without-devices",
 )
 """The malformed placements ``fail-closed`` sets up (docs/contract.md §2, parsing rules); a
-description's ``refusedBy`` says who refuses each (absent: the node agent)."""
+description's ``refusedBy`` says who refuses each (absent: the node agent). ``BLANK_MODE_CASES`` are
+judged by the description's ``blankMode`` too: where it says ``default``, by their effect."""
+BLANK_MODE_CASES: Final = ("blank-mode", "blank-mode-whitespace")
+"""A present but blank mode (empty, whitespace only): malformed (``mode-word``), which an older
+operator version took as the default (docs/contract.md §9.2)."""
 DEVICE_FORMS: Final = ("uuid", "cdi", "index")
 
 _ENV = obj(
@@ -144,7 +150,12 @@ _NODE = obj(
         "who refuses each malformed case (node, admission, scheduler, runtime, nobody)",
         refusedBy=T("str-map", f"case ({', '.join(MALFORMED_CASES)}) to party (absent: node)"),
         refusalNamesKey=T("bool", "whether the node's refusal names the annotation key and the rule"),
-        blankMode=T("enum", "a present but blank mode: error or the default", values=("error", "default")),
+        blankMode=T(
+            "enum",
+            f"a present but blank mode ({', '.join(BLANK_MODE_CASES)}): error (refused; absent: error) or "
+            "the default (started as time-slicing)",
+            values=("error", "default"),
+        ),
     ),
     daemonSelection=T("str-map", "labels its daemons select nodes on"),
     nodeLabels=obj(
@@ -295,6 +306,7 @@ class NodePart:
     refused_by: Mapping[str, str]
     refusal_names_key: bool
     blank_mode: str
+    """A present but blank mode: ``error`` (refused as malformed) or ``default`` (taken as time-slicing)."""
     daemon_selection: Mapping[str, str]
     node_labels: Mapping[str, str]
     detect: bool

@@ -267,3 +267,35 @@ def test_the_evict_guaranteed_for_borrower_fault_evicts_the_keeper_for_the_borro
     agent = sim_agent((2048,), options=options)
     contend(agent)
     assert Evictor(agent.core).run_once() == []
+
+
+def full(agent: SimAgent) -> dict:
+    """GPU of 1024 MiB: two borrowers past their request that together hold all but 64 MiB of it,
+    nobody within a guarantee (no pressure)."""
+    node = agent.node
+    ctxs = {}
+    for name, request, limit, hold in (("b1", 128, 512, 500), ("b2", 128, 512, 460)):
+        _pod, token = admit(agent, name, request, limit)
+        ctxs[name], _ = node.open_context(token)
+        node.alloc(ctxs[name], 0, hold * MIB)
+    return ctxs
+
+
+def test_borrowers_that_fill_their_gpu_without_pressure_get_nobody_evicted_by_the_reference() -> None:
+    agent = sim_agent((1024,))
+    full(agent)
+    assert Evictor(agent.core).run_once() == []
+    assert agent.kube.evictions == []
+
+
+def test_the_evict_when_full_fault_evicts_the_largest_borrower_of_a_nearly_full_gpu() -> None:
+    options = AgentOptions(node="node-a", faults=frozenset({"evict-when-full"}))
+    agent = sim_agent((1024,), options=options)
+    full(agent)
+    done = Evictor(agent.core).run_once()
+    assert names(done) == ["ns/b1/main"] and done[0].reason == "pressure" and done[0].for_clients == ()
+    assert [ref.pod for ref, _at in agent.kube.evictions] == ["b1"]
+    # With more than a tenth of the GPU free the fault does nothing: a nearly full GPU is its trigger.
+    agent = sim_agent((2048,), options=options)
+    full(agent)
+    assert Evictor(agent.core).run_once() == []

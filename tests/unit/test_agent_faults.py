@@ -256,3 +256,21 @@ def test_smi_device_used_shows_nvidia_smi_the_neighbours_memory_only(broken: boo
     assert seen.used_bytes == (400 if broken else 100) * MIB
     # CUDA's own view (cudaMemGetInfo) is the container's either way: only nvidia-smi's is broken.
     assert a.node.meminfo(viewer).devices[0].used_bytes == 100 * MIB
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+def test_blank_mode_default_starts_a_blank_mode_as_time_slicing_and_nothing_else(blank: str) -> None:
+    mode = nvidia_key("main", ".gpu-compute.mode")
+    ann = {**placement("main", 64, 128), mode: blank}
+    assert not agent().core.create_container(make_pod("p", ann), "main").allowed, "the reference refuses it"
+    a = agent("blank-mode-default")
+    adj = a.core.create_container(make_pod("p", ann), "main")
+    assert adj.allowed and a.kube.events == []
+    assert adj.env[ENV_PIPE_DIRECTORY].endswith("/time-slicing")
+    held = next(c for c in a.node.snapshot().clients if c.name == "ns/p/main")
+    assert held.mode == "time-slicing" and held.gpus[0].hard_limit_bytes == 128 * MIB
+    # Another word, another case and a malformed memory value are refused as without the fault.
+    for i, (key, value) in enumerate(
+        ((mode, "SM-Sharing"), (mode, "mig"), (nvidia_key("main", ".gpu-memory.request"), "lots"))
+    ):
+        assert not a.core.create_container(make_pod(f"q{i}", {**ann, key: value}), "main").allowed, value

@@ -406,3 +406,52 @@ def test_smi_usage_below_its_own_allocation_fails() -> None:
 def test_smi_usage_above_the_tolerance_without_a_neighbour_names_no_neighbour() -> None:
     problems = j.judge_smi_usage("single", [_gpu(0, 16000)], {0: 14000}, {}, 43000, "h200")
     assert problems and "neighbour" not in problems[0]
+
+
+# ---- nvidia-smi's view: listing, total and used, one judgement (the suite's and the probe's)
+
+
+def test_smi_view_passes_the_assigned_gpu_with_its_limit_and_its_own_usage() -> None:
+    assert (
+        j.judge_smi_view("c", [_gpu(0, 14000)], ["GPU-0"], ["GPU-0"], 43000, {0: 14000}, {0: 28000}, "ideal")
+        == []
+    )
+
+
+def test_smi_view_names_each_way_it_is_wrong() -> None:
+    whole = [{**_gpu(0, 42000), "total_mib": 143771}, {**_gpu(1, 0), "total_mib": 143771}]
+    problems = j.judge_smi_view(
+        "c", whole, ["GPU-0", "GPU-1"], ["GPU-0"], 43000, {0: 14000}, {0: 28000}, "ideal"
+    )
+    assert len(problems) == 3
+    assert "lists GPU-0, GPU-1, but it was assigned GPU-0" in problems[0]
+    assert "memory.total 143771 MiB on GPU-0, 143771 MiB on GPU-1" in problems[1] and "43000" in problems[1]
+    assert "its memory is counted as the container's" in problems[2]
+    # The total is exact (the shim reports the limit), where used has the tolerance.
+    off = [{**_gpu(0, 14000), "total_mib": 42999}]
+    assert j.judge_smi_view("c", off, ["GPU-0"], ["GPU-0"], 43000, {0: 14000}, {}, "h200") != []
+    assert j.judge_smi_view("c", [], [], ["GPU-0"], 43000, {0: 14000}, {}, "ideal")[0].startswith(
+        "c: nvidia-smi lists no GPU"
+    )
+
+
+# ---- no-eviction-without-pressure's figures of the full GPU
+
+
+def test_fill_figures_sum_what_each_borrower_held_and_say_what_is_left() -> None:
+    from conformance.test_eviction import fill_figures
+
+    def held(name: str, used_mib: int, free_mib: int) -> Outcome:
+        meminfo = {"op": "meminfo", "devices": [{"used": used_mib * MIB, "free": free_mib * MIB}]}
+        return Outcome(name, "Succeeded", 0, "Completed", {"fidelity": "h200", "steps": [meminfo]}, False, "")
+
+    figures = fill_figures(143771, [held("b0", 71373, 512), held("b1", 71371, 1027)], 71885)
+    assert figures["deviceUsedMiB"] == 142744 and figures["deviceFreeMiB"] == 1027
+    assert figures["headroomMiB"] == 1437 and figures["fidelity"] == "h200"
+    # Their limits leave 1 MiB of the GPU, and each its headroom: 2875 MiB free is still full.
+    assert figures["fullWithinMiB"] == 2875 and figures["full"] is True
+    assert figures["freeSeenMiB"] == {"b0": 512, "b1": 1027}
+    assert fill_figures(143771, [held("b0", 70000, 0), held("b1", 70000, 0)], 71885)["full"] is False
+    nothing = Outcome("b2", "Failed", 137, "Error", None, False, "")
+    half = fill_figures(143771, [held("b0", 71373, 512), nothing], 71885)
+    assert half["deviceFreeMiB"] is None and half["full"] is None

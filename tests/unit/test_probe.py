@@ -25,7 +25,11 @@ CAUGHT_BY = {
     "release-on-exit": "leak-on-exit",
     "fail-closed": "fail-open",
 }
-ALSO_CAUGHT = (("mode-guard", "mode-guard-one-way"),)
+ALSO_CAUGHT = (
+    ("mode-guard", "mode-guard-one-way"),
+    ("smi-visibility", "full-visibility"),
+    ("fail-closed", "blank-mode-default"),
+)
 """More (check, fault) pairs the probe must catch: faults that break only part of a check's rule."""
 
 
@@ -132,6 +136,9 @@ def test_mps_without_a_gpu_is_a_setup_error_said_plainly(capsys: pytest.CaptureF
         ("hard-limit-oom", "clobber-neighbour", "differently from what it wrote"),
         ("fail-closed", "accept-bare-number", "bare-number"),
         ("fail-closed", "vague-refusal", "names the key"),
+        # The suite's judgement of used memory: the neighbour's memory counted as the container's.
+        ("smi-visibility", "smi-device-used", "its memory is counted as the container's"),
+        ("fail-closed", "blank-mode-default", "blank-mode"),
     ],
 )
 def test_the_probe_judges_as_the_suites_check_does(check: str, fault: str, said: str) -> None:
