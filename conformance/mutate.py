@@ -114,6 +114,8 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "fail-open-silently": ("fail-closed",),
     "accept-bare-number": ("fail-closed",),
     "vague-refusal": ("fail-closed",),
+    "ready-without-backend": ("agent-readiness",),
+    "start-while-unfenced": ("agent-readiness",),
 }
 """Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""
 REFERENCE: Final = "gpuconf-reference"

@@ -51,6 +51,10 @@ FAULTS: Final[dict[str, str]] = {
     "fenced with, instead of refused (memory-minimum)",
     "vague-refusal": "a malformed contract is refused, but the message only echoes the values: it names "
     "neither the key nor the rule",
+    "ready-without-backend": "the node condition stays True while the GPU backend is unavailable (the agent "
+    "cannot fence, and says it can)",
+    "start-while-unfenced": "while the GPU backend is unavailable, a fractional container is started anyway, "
+    "with no enforcement (and no Event saying so)",
 }
 
 FAULT_ALIASES: Final[dict[str, str]] = {
