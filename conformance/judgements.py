@@ -36,6 +36,9 @@ fidelities (tests/unit/test_judgements.py). docs/contract.md §6, §7 and §10 g
 - **Mode guard** (``Intrusion``, ``judge_intrusion``): a container placed on a GPU that runs the other
   compute mode must not start, and something it says (its waiting state, a Warning Event) must name
   both modes; judged the same either way round, and the same after an agent restart.
+- **Readiness without a backend** (``judge_condition_turn``, ``judge_held``): the node condition turns
+  False within the window once the backend is gone and True within it once it is back; a container
+  created meanwhile shows neither a running nor an ended state in any snapshot (no process ran).
 """
 
 from __future__ import annotations
@@ -599,3 +602,61 @@ def judge_intrusion(
         f"{what} did not start on GPU {intrusion.gpu} beside {intrusion.holder} ({intrusion.holder_mode}), "
         f"but nothing it says names the compute modes' conflict{': ' + said[-1] if said else ''}"
     )
+
+
+# ---- readiness without a backend (agent-readiness)
+
+
+def judge_condition_turn(
+    condition: str, want: bool, took_s: float | None, window_s: float, after: str
+) -> str | None:
+    """The node condition had to turn ``want`` within ``window_s`` of ``after``; it took ``took_s``
+    seconds (None: it never did while watched). Returns the problem, or None."""
+    if took_s is not None and took_s <= window_s:
+        return None
+    status = "True" if want else "False"
+    if took_s is None:
+        return f"the node condition {condition} did not turn {status} within {window_s:g} s of {after}"
+    return (
+        f"the node condition {condition} turned {status} {took_s:.1f} s after {after}, later than "
+        f"{window_s:g} s"
+    )
+
+
+def container_started(pods: Sequence[Mapping[str, Any]], container: str) -> str | None:
+    """What in ``pods`` (a Pod's snapshots, in order) shows ``container`` started (a running or an
+    ended state: a process ran), or None when every snapshot shows it not started."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") != container:
+                continue
+            state = cs.get("state") or {}
+            if "running" in state:
+                return f"running since {state['running'].get('startedAt') or 'an unknown time'}"
+            if "terminated" in state:
+                ended = state["terminated"]
+                return f"ran and ended ({ended.get('reason') or 'exit'} {ended.get('exitCode')})"
+    return None
+
+
+def judge_held(
+    name: str, pods: Sequence[Mapping[str, Any]], container: str, held_s: float, why: str
+) -> str | None:
+    """``name``'s ``container`` must not have started in the ``held_s`` seconds watched (``pods``,
+    its snapshots); ``why``: what kept it from being fenced. Returns the problem, or None."""
+    started = container_started(pods, container)
+    if started is None:
+        return None
+    return f"{name} was created while {why}, and its container started anyway ({started}): it runs unfenced"
+
+
+def waiting_reason(pods: Sequence[Mapping[str, Any]], container: str) -> str:
+    """The last waiting reason and message ``pods`` show for ``container`` ('' if none): the evidence of
+    why it is held."""
+    said = ""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if cs.get("name") == container and (waiting.get("reason") or waiting.get("message")):
+                said = f"{waiting.get('reason') or ''}: {waiting.get('message') or ''}".strip(": ")
+    return said

@@ -116,6 +116,8 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "accept-bare-number": ("fail-closed",),
     "blank-mode-default": ("fail-closed",),
     "vague-refusal": ("fail-closed",),
+    "ready-without-backend": ("agent-readiness",),
+    "start-while-unfenced": ("agent-readiness",),
 }
 """Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""
 REFERENCE: Final = "gpuconf-reference"

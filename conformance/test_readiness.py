@@ -1,4 +1,4 @@
-"""Node readiness: fractions go only where the node agent says it can fence them.
+"""Readiness: fractions go only where the node agent says it can fence them, and it says so honestly.
 
 The node agent publishes ``gpu-fractioning.nvidia.com/Ready=True`` on the nodes it serves; a
 fraction placed elsewhere would run unfenced. The check first shows that the not-ready node could
@@ -8,19 +8,36 @@ True. A real cluster may have one (a node whose agent is down or not installed):
 and only watches, since the Pod it makes there must stay Pending anyway. Where the cluster's GPU
 nodes are simulated (the suite's own sandbox, a fake GPU operator), it adds, for its duration, a
 simulated GPU node whose condition is False; on a real cluster it never creates nodes.
+
+Agent readiness (``agent-readiness``, the node's side of the same rule): a node agent that cannot
+fence, its backend gone, must say so (the condition False within its declared period), must not
+start a fractional container meanwhile, and must say it is ready again once the backend is back.
+The backend is taken away through the simulated device's outage hook (``fixtures.suite.simoutage``);
+a node that announces none (a real GPU, whose driver a test cannot take away) is not judged, and
+the check says so. Its Pod is placed by the suite (``spec.nodeName``) in both profiles: it judges
+the node, and no correct scheduler binds a fraction to a node that is not ready (node-readiness
+judges that).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
+from conformance.judgements import judge_condition_turn, judge_held, waiting_reason
+from fixtures.suite import manifests
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.cluster import CONDITION_FRACTIONING_READY, HOSTNAME_LABEL, LABEL_SIMULATED, GpuNode
-from fixtures.suite.frame import LABEL_RUN, LABEL_SUITE, Suite
+from fixtures.suite.frame import LABEL_RUN, LABEL_SUITE, Suite, fail
+from fixtures.suite.reaction import hold_s, readiness_window_s
+from fixtures.suite.scenario import CONTAINER, NotJudged, node_devices, plan
+from fixtures.suite.simoutage import OutageError, outage_hook, resume, simulated_outage
+from fixtures.suite.waiting import WaitTimeout, wait_until
 
 
 def _not_ready_nodes(suite: Suite) -> list[GpuNode]:
@@ -137,3 +154,144 @@ def test_node_readiness(suite: Suite) -> None:
         refused, f"node {target.name} does not have {CONDITION_FRACTIONING_READY}=True", "node-readiness"
     )
     suite.evidence.pod(refused, pending=suite.unschedulable(refused))
+
+
+HELD_AT_LEAST_S: Final = 5.0
+"""The least time the container created during the outage is watched not starting (the simulated
+kubelet asks the agent again 2 s after a refusal, so this covers its first retries)."""
+POLL_S: Final = 0.1
+
+
+def _condition(node: Mapping[str, Any] | None, types: tuple[str, ...]) -> Mapping[str, Any] | None:
+    """The node's readiness condition (the first of ``types`` it carries), or None."""
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") in types:
+            return dict(cond)
+    return None
+
+
+def _until_status(
+    read: Callable[[], Mapping[str, Any] | None], want: bool, window_s: float
+) -> tuple[float | None, Mapping[str, Any] | None]:
+    """Poll the condition until its status is ``want`` (True: "True"; False: anything else), for at
+    most ``window_s`` and the time of one more look; (seconds it took or None, the condition seen last)."""
+    began = time.monotonic()
+    seen: Mapping[str, Any] | None = None
+
+    def turned() -> bool:
+        nonlocal seen
+        seen = read()
+        return ((seen or {}).get("status") == "True") == want
+
+    try:
+        wait_until(turned, "the node condition to turn", window_s + 2 * POLL_S, interval=POLL_S)
+    except WaitTimeout:
+        return None, seen
+    return time.monotonic() - began, seen
+
+
+def _as_fact(took_s: float | None, cond: Mapping[str, Any] | None) -> dict[str, Any]:
+    cond = cond or {}
+    return {
+        "seconds": None if took_s is None else round(took_s, 3),
+        "status": cond.get("status"),
+        "reason": cond.get("reason"),
+        "message": cond.get("message"),
+        "lastTransitionTime": cond.get("lastTransitionTime"),
+    }
+
+
+@check(
+    id="agent-readiness",
+    level="MUST",
+    statement="A node agent whose GPU backend is gone MUST turn its readiness condition False within "
+    "its declared period, MUST NOT start a fractional container created on the node meanwhile, and "
+    "MUST turn the condition True again within that period once the backend is back; judged where the "
+    "node announces a simulated backend outage hook (a real GPU's driver cannot be taken away by a test).",
+    profiles=("node", "stack"),
+    seed="000/4",
+    needs=Needs(nodes=1, gpus=1, idle=True),
+)
+def test_agent_readiness(suite: Suite) -> None:
+    node = suite.node
+    try:
+        hook = outage_hook(suite.cluster, node.name)
+    except OutageError as exc:
+        raise NotJudged(str(exc)) from None
+    if hook is None:
+        pytest.skip(
+            f"not judged: node {node.name} announces no simulated backend outage hook (annotation "
+            "gpuconf.io/simulated-backend-outage): a real GPU's driver cannot be taken away by a test"
+        )
+    types = suite.options.node_part().conditions or (CONDITION_FRACTIONING_READY,)
+
+    def read() -> Mapping[str, Any] | None:
+        return _condition(suite.cluster.read_node(node.name), types)
+
+    before = read()
+    if (before or {}).get("status") != "True":
+        raise NotJudged(f"node {node.name}'s condition is not True before the outage: {dict(before or {})}")
+    window = readiness_window_s(suite.options)
+    held_for = suite.timeout(hold_s(suite.options, HELD_AT_LEAST_S))
+    suite.evidence.fact(
+        "windowSeconds", {"condition": window, "held": held_for, "conditionTypes": list(types)}
+    )
+    if suite.profile != "node":
+        suite.evidence.note(
+            "the Pod is placed by the suite (spec.nodeName): no correct scheduler binds a fraction to a node "
+            "that is not ready (node-readiness judges that)"
+        )
+    problems: list[str] = []
+    try:
+        with simulated_outage(node.name, hook) as outage:
+            took, cond = _until_status(read, False, window)
+            suite.evidence.fact("notReady", _as_fact(took, cond))
+            problem = judge_condition_turn(types[0], False, took, window, "its backend went away")
+            if problem:
+                problems.append(problem)
+            size = max(1, math.floor(node.memory_mib * SHARE))
+            held = suite.placed_pod(
+                "held",
+                manifests.placement_annotations(CONTAINER, size, size, node_devices(suite, node)[:1]),
+                [
+                    manifests.container(
+                        CONTAINER,
+                        image=suite.options.workload_image,
+                        plan=plan("held", {"op": "hold", "seconds": 60}),
+                    )
+                ],
+            )
+            started = time.monotonic()
+
+            def history() -> list[Mapping[str, Any]]:
+                return [snap.pod for snap in suite.watch.history(held)]
+
+            try:
+                wait_until(
+                    lambda: judge_held(held, history(), CONTAINER, held_for, "") is not None,
+                    f"{held} to start",
+                    held_for,
+                    interval=POLL_S,
+                )
+            except WaitTimeout:
+                pass  # held for the whole window: what must hold
+            watched = time.monotonic() - started
+            verdict = judge_held(held, history(), CONTAINER, watched, f"node {node.name}'s backend was gone")
+            suite.evidence.pod(
+                held, watchedSeconds=round(watched, 3), said=waiting_reason(history(), CONTAINER)
+            )
+            if verdict:
+                problems.append(verdict)
+            unresumed = resume(outage)
+            if unresumed:
+                raise NotJudged(f"the simulated device was not resumed: {unresumed}")
+            took, cond = _until_status(read, True, window)
+            suite.evidence.fact("readyAgain", _as_fact(took, cond))
+            suite.evidence.fact("outage", outage.as_dict())
+            problem = judge_condition_turn(types[0], True, took, window, "its backend came back")
+            if problem:
+                problems.append(f"{problem}: the node does not recover")
+    except OutageError as exc:
+        raise NotJudged(str(exc)) from None
+    if problems:
+        raise fail("; ".join(problems))

@@ -18,11 +18,11 @@ accepted too):
 | catalog id | the probe's old name | what the probe does |
 |---|---|---|
 | ``hard-limit-oom`` | ``hard-limit`` | ``alloc-until-oom`` beside a neighbour that must keep its memory |
-| ``burst-borrowing`` | ``borrowing`` | grows from request to limit on an idle GPU, holds it, is not evicted |
-| ``soft-limit-eviction`` | ``pressure-eviction`` | a borrower is evicted when a guaranteed Pod needs it |
+| ``burst-borrowing`` | ``borrowing`` | borrows to its limit on an idle GPU, holds it: evicted in no way |
+| ``soft-limit-eviction`` | ``pressure-eviction`` | a borrower is evicted (any way) for a guaranteed Pod |
 | ``mode-guard`` | | the other mode is refused on a GPU, either way round (no mode: time-slicing) |
 | ``smi-visibility`` | ``visibility`` | nvidia-smi lists its GPU only, total = the limit, used = its own |
-| ``release-on-exit`` | ``release`` | a stopped container's memory and guarantee are released |
+| ``release-on-exit`` | ``release`` | after one exits, one dies: the next gets its guarantee at once |
 | ``fail-closed`` | | each malformed case (``cases()``, a blank mode too) is refused, naming key and rule |
 
 The result is the suite's result model (``reports.model``: ``RunRecord`` with ``source: probe``,

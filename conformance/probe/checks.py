@@ -9,14 +9,17 @@ function, its old probe name and the ``conformance`` module that declares it.
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from conformance.judgements import (
+    EvictionEffect,
     Intrusion,
     device_fidelity,
+    eviction_effect,
     judge_boundary,
     judge_intrusion,
     judge_smi_view,
@@ -38,6 +41,37 @@ from conformance.probe.session import (
 )
 
 # ---------------------------------------------------------------------------------------- checks
+
+HOLD_S = 1.0
+"""The least a borrower holds past its request where nothing must happen (the suite's ``HOLD_S``)."""
+
+
+def _hold_s(s: Session) -> float:
+    """The suite's hold window (``fixtures.suite.reaction.hold_s``) for the probe's agent."""
+    from fixtures.suite.reaction import HOLD_PERIODS
+
+    return max(HOLD_S, HOLD_PERIODS * s.reaction_period_s)
+
+
+def _effect(s: Session, pod: Mapping[str, Any], name: str, run: Any, request_mib: int) -> EvictionEffect:
+    """Was the workload of ``pod`` evicted, by the suite's judgement of the effect
+    (``conformance.judgements.eviction_effect``)? The probe has no API server: the agent's Eviction
+    API call, which ``RecordingKube`` keeps, stands for the Pod's ``DisruptionTarget`` condition;
+    ``run`` None: the workload still ran when the check ended."""
+    from enforcement.agent.kube import pod_ref
+    from fixtures.suite.scenario import Outcome
+
+    evicted = pod_ref(pod).pod in [ref.pod for ref, _at in s.kube.evictions]
+    out = Outcome(
+        name=name,
+        phase="Running" if run is None else ("Succeeded" if run.exit_code == 0 else "Failed"),
+        exit_code=None if run is None else run.exit_code,
+        reason="",
+        result=None if run is None else (run.result or None),
+        deleted=evicted,
+        disruption="EvictionByEvictionAPI" if evicted else "",
+    )
+    return eviction_effect(out, request_mib)
 
 
 def _placement(
@@ -142,31 +176,40 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     burst = within(limit)  # up to the limit, less the headroom a real GPU's context and pages need
     pod, adj = s.admit(_placement(request, limit))
     _refused(adj)
+    held_s = _hold_s(s)
     plan = {
         "name": "borrowing",
         "steps": [
             {"op": "alloc", "bytes": burst * MIB, "chunk": max(1, burst // 4) * MIB},
             {"op": "touch"},
-            {"op": "heartbeat", "interval": 0.2, "count": 3},
+            # Long enough for an agent that evicts wrongly to have done it: reaction periods.
+            {"op": "heartbeat", "interval": 0.2, "seconds": held_s},
             {"op": "free"},
         ],
     }
     run = s.finish(s.run(pod, adj, plan), "borrowing")
     alloc = _step(run.result, "alloc")
+    seen = _effect(s, pod, "borrowing", run, request)
     evidence = {
         "request_mib": request,
         "limit_mib": limit,
         "allocated_mib": int(alloc.get("bytes", 0)) // MIB,
+        "hold_s": held_s,
         "status": run.result.get("status"),
         "exit_code": run.exit_code,
+        "mechanism": seen.as_fact(),
     }
-    evidence["evicted_pods"] = [ref.pod for ref, _at in s.kube.evictions]
-    if evidence["evicted_pods"]:
-        raise CheckFailed(f"the borrower was evicted on an idle GPU: {evidence['evicted_pods']}", evidence)
+    if seen.evicted:
+        raise CheckFailed(
+            f"the borrower was evicted on an idle GPU ({seen.mechanism}: {seen.detail})", evidence
+        )
     if run.exit_code != 0 or alloc.get("outcome") != "ok":
         why = (alloc.get("oom") or {}).get("message") or run.result.get("status")
         raise CheckFailed(f"borrowing {burst} MiB (request {request}, limit {limit}) failed: {why}", evidence)
-    return f"held {burst} MiB between request {request} MiB and limit {limit} MiB, not evicted", evidence
+    return (
+        f"held {burst} MiB between request {request} MiB and limit {limit} MiB for {held_s:g} s, not evicted",
+        evidence,
+    )
 
 
 def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
@@ -205,11 +248,13 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
     }
     g_run = s.finish(s.run(guaranteed, g_adj, g_plan), "guaranteed")
     evicted = [ref.pod for ref, _at in s.kube.evictions]
-    b_run = None
-    if pod_ref(borrower).pod in evicted or b_proc.proc.poll() is not None:
-        b_run = s.finish(
-            b_proc, "borrower", 30.0
-        )  # evicted: its device calls now fail with "gone" and it exits
+    still_running = pod_ref(borrower).pod not in evicted and b_proc.proc.poll() is None
+    if still_running:
+        # Not evicted through the API and not ended: its result (the least memory the device counted
+        # for it while it ran) shows whether the node reclaimed its borrowed memory another way.
+        b_proc.proc.send_signal(signal.SIGTERM)
+    # Evicted: its device calls now fail with "gone" and it exits.
+    b_run = s.finish(b_proc, "borrower", 30.0)
     alloc = _step(g_run.result, "alloc")
     events = [e.message for e in s.kube.events_for(REASON_EVICTED)]
     evidence = {
@@ -219,7 +264,8 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
             "request_mib": b_request,
             "limit_mib": b_limit,
             "borrowed_mib": borrow,
-            "status": b_run.result.get("status") if b_run else "still running",
+            "status": b_run.result.get("status"),
+            "stoppedByProbe": still_running,
         },
         "evicted_pods": evicted,
         "eviction_events": events,
@@ -228,17 +274,23 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
         "not_judged": "that no more borrowers are evicted than the shortfall requires (one borrower here; "
         "the suite's soft-limit-eviction plays two)",
     }
-    if pod_ref(guaranteed).pod in evicted:
-        raise CheckFailed("the evictor evicted the Pod within its guarantee", evidence)
-    if pod_ref(borrower).pod not in evicted:
+    g_seen = _effect(s, guaranteed, "guaranteed", g_run, g_request)
+    b_seen = _effect(s, borrower, "borrower", b_run, b_request)
+    evidence["mechanisms"] = {"guaranteed": g_seen.as_fact(), "borrower": b_seen.as_fact()}
+    if g_seen.evicted:
+        raise CheckFailed(
+            f"the Pod within its guarantee was evicted ({g_seen.mechanism}: {g_seen.detail})", evidence
+        )
+    if not b_seen.evicted:
         raise CheckFailed("the borrower was not evicted while a guaranteed neighbour needed memory", evidence)
     if g_run.exit_code != 0 or alloc.get("outcome") != "ok":
         raise CheckFailed(
             f"the guaranteed Pod did not get its {g_request} MiB: {g_run.result.get('status')}", evidence
         )
     return (
-        f"borrower ({borrow} MiB, request {b_request}) evicted; guaranteed got {g_request} MiB "
-        f"(reaction {evidence['reaction_s']:.2f} s); not judged here: {evidence['not_judged']}",
+        f"borrower ({borrow} MiB, request {b_request}) evicted ({b_seen.mechanism}); guaranteed got "
+        f"{g_request} MiB (reaction {evidence['reaction_s']:.2f} s); "
+        f"not judged here: {evidence['not_judged']}",
         evidence,
     )
 
@@ -377,23 +429,65 @@ def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
 
 
 def check_release(s: Session) -> tuple[str, dict[str, Any]]:
-    from enforcement.agent.kube import pod_ref
-    from enforcement.agent.registry import client_name
+    """The suite's release-on-exit, judged by its effect: after a workload holding 0.6 of the GPU
+    exits (or dies of a device fault), the next one's 0.6 guarantee, in the other compute mode, is
+    admitted and allocated whole at its first allocation, which fits only where the old one's memory
+    and guarantee were released."""
+    from conformance.test_release import ENDED, SHARE
 
-    request = max(1, s.capacity_mib // 4)
-    before = next(g.guaranteed_bytes for g in s.backend.usage().gpus if g.uuid == s.gpus[0].uuid)
-    pod, adj = s.admit(_placement(request, request))
-    _refused(adj)
-    run = s.run(pod, adj, {"name": "release", "steps": [{"op": "alloc", "bytes": request // 2 * MIB}]})
-    s.finish(run, "release")
-    s.stop(pod)
-    usage = s.backend.usage()
-    name = client_name(pod_ref(pod, "main"))
-    after = next(g.guaranteed_bytes for g in usage.gpus if g.uuid == s.gpus[0].uuid)
-    evidence = {"client": name, "guaranteed_before": before, "guaranteed_after": after}
-    if usage.client(name) is not None or after != before:
-        raise CheckFailed("after StopContainer the backend still holds the container's guarantee", evidence)
-    return f"released: guarantee back to {before // MIB} MiB on GPU 0", evidence
+    size = max(1, int(s.capacity_mib * SHARE))
+    held = within(size)
+    ends = {
+        "exits": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}],
+        "dies": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}, {"op": "fault"}],
+    }
+    statuses = {"exits": "ok", "dies": "fault-injected"}
+    evidence: dict[str, Any] = {"gpu_mib": s.capacity_mib, "request_mib": size}
+    for how, steps in ends.items():
+        first, f_adj = s.admit(_placement(size, size, mode="time-slicing"), how)
+        _refused(f_adj)
+        f_run = s.finish(s.run(first, f_adj, {"name": how, "steps": steps}), how)
+        s.stop(first)  # what the runtime tells the agent once the container's process is gone
+        if f_run.result.get("status") != statuses[how]:
+            # The probe's own set-up did not hold (an ERROR), never a verdict on the agent.
+            raise RuntimeError(
+                f"the first workload ({how}) did not end as planned: {f_run.result.get('status')}"
+            )
+        # The other mode: a GPU that still counts the old (time-slicing) container refuses it.
+        name = f"after-{how}"
+        after, a_adj = s.admit(_placement(size, size, mode="sm-sharing"), name)
+        plan = {"name": name, "steps": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}]}
+        a_run = s.finish(s.run(after, a_adj, plan), name) if a_adj.allowed else None
+        alloc = _step(a_run.result, "alloc") if a_run else {}
+        evidence[how] = {
+            "first": f_run.result.get("status"),
+            "next": {
+                "allowed": a_adj.allowed,
+                "message": a_adj.message,
+                "status": a_run.result.get("status") if a_run else None,
+                "alloc": alloc,
+            },
+        }
+        if not a_adj.allowed:
+            raise CheckFailed(
+                f"after the workload {ENDED[how]}, the next container ({size} MiB, sm-sharing) was refused: "
+                f"{a_adj.message}",
+                evidence,
+            )
+        if a_run is not None and a_run.result.get("status") != "ok":
+            why = (alloc.get("oom") or alloc.get("pressure") or {}).get("message") or a_run.result.get(
+                "status"
+            )
+            raise CheckFailed(
+                f"after the workload {ENDED[how]}, the next one could not take its {size} MiB guarantee at "
+                f"its first allocation: {why}",
+                evidence,
+            )
+        s.stop(after)
+    return (
+        f"after a workload exited and one died, the next took its {size} MiB at once, in sm-sharing",
+        evidence,
+    )
 
 
 def check_fail_closed(s: Session) -> tuple[str, dict[str, Any]]:

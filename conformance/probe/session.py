@@ -136,6 +136,12 @@ class Session:
             env.pop("GPUCONF_SIM_SOCKET", None)
         return env
 
+    @property
+    def reaction_period_s(self) -> float:
+        """What the probe's agent declares (``--reaction-period``, as the suite reads it): its own
+        reaction delay plus one pressure poll."""
+        return self.core.options.reaction_period_s + self.core.options.evict_interval_s
+
     def run(self, pod: Mapping[str, Any], adjustment: Any, plan: Mapping[str, Any]) -> Any:
         from enforcement.agent.kube import pod_ref
         from enforcement.agent.registry import client_name

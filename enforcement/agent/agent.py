@@ -101,7 +101,11 @@ class HealthLoop:
                 f"backend {core.backend.name}: {'ready' if health.ok else 'UNAVAILABLE'}: {health.message}"
             )
         self.ok = health.ok
+        core.backend_down = None if health.ok else (health.message or health.reason)
         ok, reason, message = health.ok, health.reason, health.message
+        if not ok and core.options.has("ready-without-backend"):
+            # Seeded fault: the condition keeps saying Ready while the backend cannot fence.
+            ok, reason, message = True, "BackendReady", f"{core.backend.name} backend ready"
         plugin_ok, plugin_message = core.plugin_health()
         if plugin_ok and plugin_message and ok:
             message = f"{message}; {plugin_message}"

@@ -140,6 +140,9 @@ class AgentCore:
         self._plugin_lock = threading.Lock()
         self._resumed = False
         """Whether this process re-adopted containers a previous one fenced (it is a restart)."""
+        self.backend_down: str | None = None
+        """Why the backend was unavailable at the health loop's last look (``HealthLoop``); None:
+        it answered, or nobody looked (``gpuconf probe`` drives the core without the loop)."""
 
     @property
     def node(self) -> str:
@@ -176,6 +179,11 @@ class AgentCore:
             fraction = next(iter(fractions.values()))
         gpus: tuple[str, ...] = ()
         node_gpus: tuple[GpuInfo, ...] = ()
+        down = self.backend_down
+        if not problems and fraction is not None and down is not None:
+            # Known down: refused at once, not after a call to a backend that does not answer (which
+            # would hold the admission lock, and the runtime's hook call, for its whole timeout).
+            return self._backend_down(ref, BackendUnavailable(down))
         if not problems and fraction is not None:
             try:
                 node_gpus = self.backend.gpus()
@@ -426,6 +434,13 @@ class AgentCore:
         return Adjustment(False, reason=REASON_CONFIG_ERROR, message=message)
 
     def _backend_down(self, ref: ContainerRef, exc: BackendError) -> Adjustment:
+        if self.options.has("start-while-unfenced"):
+            # Seeded fault: a container the agent cannot fence starts anyway, with no enforcement.
+            self.metrics.inc("gpu_fractioning_agent_unfenced_containers_total")
+            self.log(
+                f"{ref}: GPU backend unavailable ({exc}); started WITHOUT GPU enforcement (seeded fault)"
+            )
+            return Adjustment(True)
         message = (
             f"GPU backend {self.backend.name} unavailable ({exc}); container {ref.container!r} not started"
         )

@@ -55,6 +55,10 @@ FAULTS: Final[dict[str, str]] = {
     "default (time-slicing), as an older operator version did, instead of refused as malformed (mode-word)",
     "vague-refusal": "a malformed contract is refused, but the message only echoes the values: it names "
     "neither the key nor the rule",
+    "ready-without-backend": "the node condition stays True while the GPU backend is unavailable (the agent "
+    "cannot fence, and says it can)",
+    "start-while-unfenced": "while the GPU backend is unavailable, a fractional container is started anyway, "
+    "with no enforcement (and no Event saying so)",
 }
 
 FAULT_ALIASES: Final[dict[str, str]] = {

@@ -25,18 +25,19 @@ signal itself is the permission check: only the agent's user (or root) on that m
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
-import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from enforcement.localprocess import LocalProcess, boot_id, process_start_ticks
+
 ANNOTATION: Final = "gpuconf.io/agent-restart"
 SIGNAL: Final = "SIGHUP"
-BOOT_ID_FILE: Final = "/proc/sys/kernel/random/boot_id"
+
+__all__ = ["ANNOTATION", "SIGNAL", "RestartHook", "boot_id", "process_start_ticks", "this_process"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,14 @@ class RestartHook:
         data: Any = json.loads(text)
         if not isinstance(data, Mapping):
             raise ValueError("not a JSON object")
+        process = LocalProcess.from_mapping(data)
         try:
             hook = cls(
                 signal=str(data["signal"]),
-                pid=int(data["pid"]),
-                start_ticks=int(data["start_ticks"]),
-                host=str(data["host"]),
-                boot_id=str(data["boot_id"]),
+                pid=process.pid,
+                start_ticks=process.start_ticks,
+                host=process.host,
+                boot_id=process.boot_id,
                 incarnation=str(data["incarnation"]),
                 started_at=str(data["started_at"]),
             )
@@ -85,46 +87,28 @@ class RestartHook:
         text = annotations.get(ANNOTATION)
         return None if not text else cls.from_json(text)
 
+    @property
+    def process(self) -> LocalProcess:
+        """The announced process's identity (``enforcement.localprocess``), checked before a signal."""
+        return LocalProcess(self.pid, self.start_ticks, self.host, self.boot_id)
+
     def on_this_machine(self) -> bool:
-        return self.boot_id == boot_id() and self.host == socket.gethostname()
+        return self.process.on_this_machine()
 
     def process_alive(self) -> bool:
         """The announced process still runs (same pid, same start): safe to signal."""
-        return process_start_ticks(self.pid) == self.start_ticks
-
-
-def boot_id() -> str:
-    try:
-        with open(BOOT_ID_FILE) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot; None if no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: split after its end.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])  # field 22 overall
-    except (IndexError, ValueError):
-        return None
+        return self.process.alive()
 
 
 def this_process() -> RestartHook:
     """The hook for the calling process, with a new incarnation."""
-    pid = os.getpid()
+    me = LocalProcess.current()
     return RestartHook(
         signal=SIGNAL,
-        pid=pid,
-        start_ticks=process_start_ticks(pid) or 0,
-        host=socket.gethostname(),
-        boot_id=boot_id(),
+        pid=me.pid,
+        start_ticks=me.start_ticks,
+        host=me.host,
+        boot_id=me.boot_id,
         incarnation=secrets.token_hex(6),
         started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
     )

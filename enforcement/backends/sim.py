@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -49,6 +50,13 @@ from . import (
 )
 
 T = TypeVar("T")
+HEALTH = "health"
+"""The health probe's connection: of its own, so that it never queues behind the evictor's reads."""
+HEALTH_TIMEOUT_S = 2.0
+"""How long the health probe waits for the device to answer: a device silent this long (a hung
+server, a frozen one: ``enforcement.sim.outage``) is unavailable. Twice this (the call is tried
+once more on a fresh connection) plus the agent's health interval bounds how soon the node
+condition says so."""
 
 
 class _Admin(Protocol):
@@ -74,8 +82,10 @@ class SimBackend:
         client_socket: str,
         pipe_root: str,
         close_admin: Callable[[_Admin], None] = lambda _a: None,
+        connect_health: Callable[[], tuple[_Admin, tuple[GpuSpec, ...], str]] | None = None,
     ) -> None:
         self._connect = connect
+        self._connect_health = connect_health
         self._close_admin = close_admin
         self.client_socket = client_socket
         self._pipe_root = pipe_root
@@ -87,22 +97,32 @@ class SimBackend:
 
     @classmethod
     def from_dir(
-        cls, sim_dir: str | Path, admin_token: str | None = None, timeout_s: float = 10.0
+        cls,
+        sim_dir: str | Path,
+        admin_token: str | None = None,
+        timeout_s: float = 10.0,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
     ) -> SimBackend:
         """The device server serving ``sim_dir``; the token as ``AdminClient.from_dir`` finds it."""
         from enforcement.sim.admin import AdminClient
 
         directory = Path(sim_dir)
 
-        def connect() -> tuple[_Admin, tuple[GpuSpec, ...], str]:
-            admin = AdminClient.from_dir(directory, admin_token, timeout_s)
+        def dial(timeout: float) -> tuple[_Admin, tuple[GpuSpec, ...], str]:
+            admin = AdminClient.from_dir(directory, admin_token, timeout)
             return admin, admin.hello.gpus, admin.hello.node
 
         def close(admin: _Admin) -> None:
             if isinstance(admin, AdminClient):
                 admin.close()
 
-        backend = cls(connect, str(directory / CLIENT_SOCKET_NAME), str(directory / "mps"), close)
+        backend = cls(
+            partial(dial, timeout_s),
+            str(directory / CLIENT_SOCKET_NAME),
+            str(directory / "mps"),
+            close,
+            connect_health=partial(dial, health_timeout_s),
+        )
         backend._make_pipe_dirs = True  # a real container binds them (the NRI plugin): they must exist
         return backend
 
@@ -118,16 +138,19 @@ class SimBackend:
     def _call(self, kind: str, fn: Callable[[_Admin], T]) -> T:
         """``fn`` on the ``kind`` connection; after a broken connection, once more on a fresh one.
 
-        A broken connection most often means the server restarted: every connection to it is dead,
-        so all are dropped, and the call is tried again once. Every call here may be repeated: reads
-        are reads, a detach of a client already gone is a no-op, and attach replaces a same-name client.
+        A broken connection most often means the server restarted: the connection is dropped and the
+        call tried again once on a fresh one. Only this one is dropped: the others fail on their own
+        next use and are dialled again then, while closing one that another thread is reading on
+        would wait out that read (a hung device's whole timeout, in the health probe's way). Every
+        call here may be repeated: reads are reads, a detach of a client already gone is a no-op, and
+        attach replaces a same-name client.
         """
         for attempt in (1, 2):
             admin = self._conn(kind)
             try:
                 return fn(admin)
             except (SimConnectionError, WireError, OSError) as exc:
-                self.close()
+                self._drop(kind, admin)
                 if attempt == 2:
                     raise BackendUnavailable(f"simulated GPU device ({self.client_socket}): {exc}") from None
         raise AssertionError("unreachable")
@@ -135,16 +158,35 @@ class SimBackend:
     def _conn(self, kind: str) -> _Admin:
         with self._lock:
             admin = self._conns.get(kind)
-            if admin is not None:
-                return admin
-            try:
-                admin, gpus, node = self._connect()
-            except (SimConnectionError, WireError, OSError, SimError) as exc:
-                raise BackendUnavailable(f"cannot reach the simulated GPU device: {exc}") from None
-            self._conns[kind] = admin
-            self._gpus = tuple(GpuInfo(g.index, g.uuid, g.product, g.memory_mib) for g in gpus)
-            self.node = node
+        if admin is not None:
             return admin
+        # Dialled outside the lock: a device that hangs (accepts, never answers) must hold up only
+        # this connection's caller for its timeout, never the health probe waiting for the lock.
+        connect = self._connect_health if kind == HEALTH and self._connect_health else self._connect
+        try:
+            admin, gpus, node = connect()
+        except (SimConnectionError, WireError, OSError, SimError) as exc:
+            raise BackendUnavailable(f"cannot reach the simulated GPU device: {exc}") from None
+        with self._lock:
+            raced = self._conns.get(kind)
+            if raced is None:
+                self._conns[kind] = admin
+                self._gpus = tuple(GpuInfo(g.index, g.uuid, g.product, g.memory_mib) for g in gpus)
+                self.node = node
+        if raced is not None:
+            self._close_admin(admin)
+            return raced
+        return admin
+
+    def _drop(self, kind: str, admin: _Admin) -> None:
+        """Forget and close the ``kind`` connection ``admin`` (unless it was replaced meanwhile)."""
+        with self._lock:
+            if self._conns.get(kind) is admin:
+                del self._conns[kind]
+        try:
+            self._close_admin(admin)
+        except OSError:
+            pass
 
     def close(self) -> None:
         with self._lock:
@@ -264,7 +306,8 @@ class SimBackend:
 
     def health(self) -> Health:
         try:
-            self._call("poll", lambda a: a.pressure())
+            # Its own connection, with a short timeout: a hung device is reported within seconds.
+            self._call(HEALTH, lambda a: a.pressure())
         except BackendUnavailable as exc:
             return Health(False, "SimulatedDeviceUnavailable", str(exc))
         return Health(

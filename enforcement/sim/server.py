@@ -74,6 +74,7 @@ from .messages import (
     Snapshot,
 )
 from .model import Context, SimNode
+from .outage import write_hook_file
 from .topology import DEFAULT_PRODUCT, TopologyError, load_topology, parse_gpus
 
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
@@ -465,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as exc:
         print(f"simdevice: cannot serve node {node_name}: {exc}", file=sys.stderr)
         return 1
+    # The simulated device's outage hook (enforcement.sim.outage): how a test freezes this process.
+    write_hook_file(args.socket_dir)
     print(json.dumps(server.ready_info()), flush=True)
     try:
         while not stop.wait(1.0):

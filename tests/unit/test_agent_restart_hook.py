@@ -13,7 +13,7 @@ import pytest
 
 from enforcement.agent import restart
 from enforcement.agent.restart import ANNOTATION, RestartHook, process_start_ticks, this_process
-from fixtures.suite import agentcontrol
+from fixtures.suite import localsignal
 from fixtures.suite.agentcontrol import AgentControlError, restart_agent
 from fixtures.suite.frame import RunOptions
 
@@ -127,7 +127,7 @@ def test_the_announced_process_gets_the_signal_and_the_new_incarnation_ends_the_
             cluster.node = node_with(renewed)
 
         with monkeypatch.context() as patched:
-            patched.setattr(agentcontrol.os, "kill", kill)
+            patched.setattr(localsignal.os, "kill", kill)
             done = restart_agent(cluster, "n", OPTIONS)  # type: ignore[arg-type]
         assert sent == [signal.SIGTERM] and done.how == "signal"
         assert "first" in done.before and "second" in done.after

@@ -29,6 +29,8 @@ ALSO_CAUGHT = (
     ("mode-guard", "mode-guard-one-way"),
     ("smi-visibility", "full-visibility"),
     ("fail-closed", "blank-mode-default"),
+    # Held for the suite's hold window (reaction periods), judged by the suite's eviction effect.
+    ("burst-borrowing", "evict-without-pressure"),
 )
 """More (check, fault) pairs the probe must catch: faults that break only part of a check's rule."""
 
@@ -139,6 +141,7 @@ def test_mps_without_a_gpu_is_a_setup_error_said_plainly(capsys: pytest.CaptureF
         # The suite's judgement of used memory: the neighbour's memory counted as the container's.
         ("smi-visibility", "smi-device-used", "its memory is counted as the container's"),
         ("fail-closed", "blank-mode-default", "blank-mode"),
+        ("burst-borrowing", "evict-without-pressure", "evicted on an idle GPU (Eviction API"),
     ],
 )
 def test_the_probe_judges_as_the_suites_check_does(check: str, fault: str, said: str) -> None:
