@@ -94,7 +94,8 @@ class _Pending:
 
 
 class EventRecorder:
-    """Creates (or counts up) Events on Pods for ``component`` through a ``CoreV1Api``.
+    """Creates (or counts up) Events on Pods for ``component`` through ``core_v1``: an
+    ``enforcement.kubeapi.CoreApi`` (the components) or a ``CoreV1Api`` (both take the same calls).
 
     ``host`` goes in ``source.host`` (a node's name, for node components); ``instance`` is the
     ``reportingInstance`` (default: ``host``, else the component); ``prefix`` starts every

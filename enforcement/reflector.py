@@ -46,7 +46,8 @@ from typing import Any, Literal, cast
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 ListFn = Callable[..., Any]
-"""A ``list_*`` method of ``CoreV1Api`` (or a fake with its signature), selectors already bound."""
+"""A ``list_*`` method of ``enforcement.kubeapi.CoreApi`` or ``CoreV1Api`` (or a fake with their
+signature), selectors already bound."""
 Log = Callable[[str], None]
 
 WATCH_TIMEOUT_S = 240

@@ -2,8 +2,9 @@
 
 The agent's logic (admission, eviction, recovery) is unit-tested and run by ``gpuconf probe``
 without any cluster, so it speaks to ``Kube``, not to the client library. ``KubeClient`` is the
-real one (the official ``kubernetes`` client; each call is one the agent's ClusterRole grants,
-see ``rbac``); ``RecordingKube`` keeps Events and evictions in memory for tests and the probe.
+real one (``enforcement.kubeapi.CoreApi`` on the official client's ``ApiClient``, without
+``CoreV1Api``'s models; each call is one the agent's ClusterRole grants, see ``rbac``);
+``RecordingKube`` keeps Events and evictions in memory for tests and the probe.
 
 Event reasons (all ``Warning``; the runtime records none for the agent's refusals):
 
@@ -37,6 +38,7 @@ from enforcement.events import WARNING as WARNING
 from enforcement.events import EventRecorder, InvolvedPod
 from enforcement.hook import ContainerRef
 from enforcement.implementations import reference_node
+from enforcement.kubeapi import CoreApi
 
 COMPONENT: Final = "gpuconf-node-agent"
 CONDITION_TYPE: Final = reference_node().condition
@@ -102,10 +104,7 @@ class KubeClient:
     def __init__(
         self, api_client: Any, node: str, log: Callable[[str], None], condition: str = CONDITION_TYPE
     ) -> None:
-        from kubernetes import client
-
-        self._client_mod = client
-        self.core = client.CoreV1Api(api_client)
+        self.core = CoreApi(api_client)
         self.node = node
         self._log = log
         self._events = EventRecorder(self.core, COMPONENT, log, host=node, background=True)
@@ -114,11 +113,10 @@ class KubeClient:
         self._transition = _now()
 
     def evict(self, ref: ContainerRef) -> EvictOutcome:
-        c = self._client_mod
-        body = c.V1Eviction(
-            metadata=c.V1ObjectMeta(name=ref.pod, namespace=ref.namespace),
-            delete_options=c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=ref.pod_uid)),
-        )
+        body = {
+            "metadata": {"name": ref.pod, "namespace": ref.namespace},
+            "deleteOptions": {"preconditions": {"uid": ref.pod_uid}},
+        }
         try:
             self.core.create_namespaced_pod_eviction(
                 ref.pod, ref.namespace, body, _preload_content=False, _request_timeout=15
