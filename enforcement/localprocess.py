@@ -10,7 +10,9 @@ boot id and the process's start time too, and whoever signals it first makes sur
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,6 +72,22 @@ class LocalProcess:
                 f"pid {self.pid} no longer runs here as announced (the process ended, or the pid was reused)"
             )
         return None
+
+
+def announcement(text: str) -> tuple[Mapping[str, Any], LocalProcess]:
+    """A hook document's JSON object and the process it names; raises ``ValueError`` for anything
+    that is not one (the hook's own fields are its reader's to check)."""
+    data: Any = json.loads(text)
+    if not isinstance(data, Mapping):
+        raise ValueError("not a JSON object")
+    return data, LocalProcess.from_mapping(data)
+
+
+def known_signals(*names: str) -> None:
+    """Raises ``ValueError`` naming the first of ``names`` that is no signal's name."""
+    for name in names:
+        if name not in signal.Signals.__members__:
+            raise ValueError(f"unknown signal {name!r}")
 
 
 def boot_id() -> str:

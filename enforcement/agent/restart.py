@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from enforcement.localprocess import LocalProcess, boot_id, process_start_ticks
+from enforcement.localprocess import LocalProcess, announcement, boot_id, known_signals, process_start_ticks
 
 ANNOTATION: Final = "gpuconf.io/agent-restart"
 SIGNAL: Final = "SIGHUP"
@@ -60,10 +59,7 @@ class RestartHook:
     @classmethod
     def from_json(cls, text: str) -> RestartHook:
         """Raises ``ValueError`` for anything that is not a complete hook document."""
-        data: Any = json.loads(text)
-        if not isinstance(data, Mapping):
-            raise ValueError("not a JSON object")
-        process = LocalProcess.from_mapping(data)
+        data, process = announcement(text)
         try:
             hook = cls(
                 signal=str(data["signal"]),
@@ -76,8 +72,7 @@ class RestartHook:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"missing or malformed field: {exc}") from None
-        if hook.signal not in signal.Signals.__members__:
-            raise ValueError(f"unknown signal {hook.signal!r}")
+        known_signals(hook.signal)
         return hook
 
     @classmethod

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from enforcement.localprocess import LocalProcess
+from enforcement.localprocess import LocalProcess, announcement, known_signals
 
 ANNOTATION: Final = "gpuconf.io/simulated-backend-outage"
 HOOK_FILE_NAME: Final = "outage-hook.json"
@@ -58,10 +57,7 @@ class SimulatedOutageHook:
     @classmethod
     def from_json(cls, text: str) -> SimulatedOutageHook:
         """Raises ``ValueError`` for anything that is not a complete hook document."""
-        data: Any = json.loads(text)
-        if not isinstance(data, Mapping):
-            raise ValueError("not a JSON object")
-        process = LocalProcess.from_mapping(data)
+        data, process = announcement(text)
         try:
             hook = cls(
                 stop=str(data["stop"]),
@@ -74,9 +70,7 @@ class SimulatedOutageHook:
             )
         except KeyError as exc:
             raise ValueError(f"missing field: {exc}") from None
-        for name in (hook.stop, hook.resume):
-            if name not in signal.Signals.__members__:
-                raise ValueError(f"unknown signal {name!r}")
+        known_signals(hook.stop, hook.resume)
         return hook
 
     @classmethod
