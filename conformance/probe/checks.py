@@ -42,32 +42,21 @@ from conformance.probe.session import (
 
 # ---------------------------------------------------------------------------------------- checks
 
-HOLD_S = 1.0
-"""The least a borrower holds past its request where nothing must happen (the suite's ``HOLD_S``)."""
-
-
-def _hold_s(s: Session) -> float:
-    """The suite's hold window (``fixtures.suite.reaction.hold_s``) for the probe's agent."""
-    from fixtures.suite.reaction import HOLD_PERIODS
-
-    return max(HOLD_S, HOLD_PERIODS * s.reaction_period_s)
-
 
 def _effect(s: Session, pod: Mapping[str, Any], name: str, run: Any, request_mib: int) -> EvictionEffect:
     """Was the workload of ``pod`` evicted, by the suite's judgement of the effect
     (``conformance.judgements.eviction_effect``)? The probe has no API server: the agent's Eviction
-    API call, which ``RecordingKube`` keeps, stands for the Pod's ``DisruptionTarget`` condition;
-    ``run`` None: the workload still ran when the check ended."""
+    API call, which ``RecordingKube`` keeps, stands for the Pod's ``DisruptionTarget`` condition."""
     from enforcement.agent.kube import pod_ref
     from fixtures.suite.scenario import Outcome
 
     evicted = pod_ref(pod).pod in [ref.pod for ref, _at in s.kube.evictions]
     out = Outcome(
         name=name,
-        phase="Running" if run is None else ("Succeeded" if run.exit_code == 0 else "Failed"),
-        exit_code=None if run is None else run.exit_code,
+        phase="Succeeded" if run.exit_code == 0 else "Failed",
+        exit_code=run.exit_code,
         reason="",
-        result=None if run is None else (run.result or None),
+        result=run.result or None,
         deleted=evicted,
         disruption="EvictionByEvictionAPI" if evicted else "",
     )
@@ -176,7 +165,10 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     burst = within(limit)  # up to the limit, less the headroom a real GPU's context and pages need
     pod, adj = s.admit(_placement(request, limit))
     _refused(adj)
-    held_s = _hold_s(s)
+    from conformance.test_eviction import HOLD_S
+    from fixtures.suite.reaction import hold_for
+
+    held_s = hold_for(s.reaction_period_s, HOLD_S)  # the suite's hold window, for the probe's agent
     plan = {
         "name": "borrowing",
         "steps": [
