@@ -11,8 +11,10 @@ The order of the work follows what each fault can affect, and reuses one sandbox
 
 1. **control**: every profile against the unbroken reference scheduler and agent. It must pass, or
    nothing after it means anything (exit 1, and no score).
-2. **scheduler faults**: one sandbox runs every broken scheduler side by side (``m-<fault>``); each is
-   judged on the ``scheduler`` profile, one run per node at a time (node leases keep them apart).
+2. **scheduler faults**: each broken scheduler (``m-<fault>``) runs only while it is judged, beside
+   the reference scheduler, on the ``scheduler`` profile, one run per node at a time (node leases
+   keep them apart). A scheduler watches every Pod of the cluster: 29 of them running throughout
+   made the API server and each of them decode every change 29 times over.
    ``leak-completed`` goes first and alone: it never forgets a Pod, so after other runs it is full.
 3. **agent faults**: one per node at a time (``--nodes``, four by default; ``--agent-fault NODE:F``);
    each run is pinned to its node (``--gpu-node-selector``) and judged on the ``node`` profile.
@@ -253,7 +255,6 @@ def run_mutation(
     log: Callable[[str], None] = print,
 ) -> MutationReport:
     started = time.monotonic()
-    schedulers = ("reference", *(f"reference/m-{f}:{f}" for f in scheduler_faults))
     topology = Path(out, "topology.yaml")
     topology.parent.mkdir(parents=True, exist_ok=True)
     topology.write_text(TOPOLOGY.format(nodes=nodes))
@@ -261,10 +262,22 @@ def run_mutation(
         state_dir=state_dir or Path(out, "sandbox"),
         ports=Ports.free(),
         topology=str(topology),
-        schedulers=schedulers,
+        schedulers=("reference",),
         node_runtime=True,
         fidelity=fidelity,
     )
+    # What the sandbox runs beside the reference scheduler and agents, changed only under the lock:
+    # the broken schedulers being judged now, and each node's agent fault. The sandbox's reconcile
+    # starts what is new, stops what is no longer wanted and leaves the rest running.
+    judged: set[str] = set()
+    current: dict[str, str] = {}
+    reconcile = threading.Lock()
+
+    def reconfigure() -> None:
+        schedulers = ("reference", *(f"reference/m-{f}:{f}" for f in sorted(judged)))
+        faults = tuple(f"{n}:{f}" for n, f in sorted(current.items()))
+        Sandbox(replace(config, schedulers=schedulers, agent_faults=faults)).up(log=lambda m: None)
+
     parallel = parallel or nodes
     # The runs judge the sandbox as a cluster (--kubeconfig): tell them its agent's reaction period.
     extra = [
@@ -279,25 +292,36 @@ def run_mutation(
     fault_only = ["--reports=none"]
     box = Sandbox(config)
     box.down()
-    log(f"mutation: sandbox ({fidelity} fidelity) with {len(schedulers)} scheduler(s) ...")
+    log(
+        f"mutation: sandbox ({fidelity} fidelity); {len(scheduler_faults)} broken scheduler(s), "
+        "each started for its run ..."
+    )
     box.up(log=lambda m: None)
     results: list[FaultResult] = []
     try:
 
         def scheduler_run(fault: str) -> FaultResult:
             only = _only(EXPECTED_SCHEDULER, fault, quick or fault in ALONE_FIRST)
-            run, took = _timed(
-                lambda: judge(
-                    box.kubeconfig,
-                    out / "scheduler" / fault,
-                    f"m-{fault}",
-                    "--profile=scheduler",
-                    "--skip-preflight",
-                    *only,
-                    *extra,
-                    *fault_only,
+            with reconcile:
+                judged.add(fault)
+                reconfigure()
+            try:
+                run, took = _timed(
+                    lambda: judge(
+                        box.kubeconfig,
+                        out / "scheduler" / fault,
+                        f"m-{fault}",
+                        "--profile=scheduler",
+                        "--skip-preflight",
+                        *only,
+                        *extra,
+                        *fault_only,
+                    )
                 )
-            )
+            finally:
+                with reconcile:
+                    judged.discard(fault)
+                    reconfigure()
             found = _fault_result(fault, "scheduler", SCHEDULER_FAULTS[fault].breaks, run, took)
             log(f"mutation: scheduler fault {fault}: {found.verdict} {', '.join(found.caught_by)}")
             return found
@@ -334,15 +358,12 @@ def run_mutation(
         # for their slowest run). Only that node's agent restarts with the new fault: the sandbox's
         # reconcile restarts a component only when its command changed, and the lock keeps one
         # reconcile at a time, each with every node's current fault.
-        current: dict[str, str] = {}
-        reconcile = threading.Lock()
         queue = list(agent_faults)
 
         def agent_run(node: str, fault: str) -> FaultResult:
             with reconcile:
                 current[node] = fault
-                faults = tuple(f"{n}:{f}" for n, f in sorted(current.items()))
-                Sandbox(replace(config, agent_faults=faults)).up(log=lambda m: None)
+                reconfigure()
             run, took = _timed(
                 lambda: judge(
                     box.kubeconfig,

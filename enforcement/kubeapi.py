@@ -1,10 +1,11 @@
-"""The few core/v1 calls the sandbox components make, sent without the client's generated models.
+"""The few core/v1 calls the sandbox components and the suite make, sent without the client's models.
 
-The node agent, the simulated kubelet and the reference scheduler read and write plain dicts
-(the contract module reads dicts; ``enforcement.reflector`` decodes JSON itself), yet
-``kubernetes.client.CoreV1Api`` costs about a CPU-second per process to build: its ~400
-methods carry pydantic ``@validate_call`` and it imports some 260 model classes. A mutation run
-starts about a hundred such processes on two cores. So these components talk through ``CoreApi``,
+The node agent, the simulated kubelet, the reference scheduler and the suite's ``Cluster``
+(``fixtures.suite.cluster``) read and write plain dicts (the contract module reads dicts;
+``enforcement.reflector`` decodes JSON itself), yet ``kubernetes.client.CoreV1Api`` costs about a
+CPU-second per process to build: its ~400 methods carry pydantic ``@validate_call`` and it imports
+some 260 model classes. A mutation run starts about a hundred such processes on two cores, and
+every ``gpuconf run`` (and each of its xdist workers) is one more. So they talk through ``CoreApi``,
 which keeps what is worth keeping of the official client, its ``ApiClient`` (kubeconfig, TLS,
 the bearer token and its refresh, the connection pool, the retries of its REST layer), and
 sends each request through ``ApiClient.param_serialize`` and ``ApiClient.call_api``: the same
@@ -57,7 +58,7 @@ AUTH_SETTINGS: Final = ("BearerToken",)
 
 class CoreApi:
     """core/v1 on ``api_client`` (a ``kubernetes.client.ApiClient``), only the calls the agent, the
-    simulated kubelet and the reference scheduler make; see the module docstring."""
+    simulated kubelet, the reference scheduler and the suite make; see the module docstring."""
 
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
@@ -102,11 +103,43 @@ class CoreApi:
             timeout=_request_timeout,
         )
 
+    def list_namespaced_pod(
+        self,
+        namespace: str,
+        *,
+        allow_watch_bookmarks: bool | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        limit: int | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        watch: bool | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._call(
+            "GET",
+            "/api/v1/namespaces/{namespace}/pods",
+            {"namespace": namespace},
+            query=_list_query(
+                allow_watch_bookmarks,
+                field_selector,
+                label_selector,
+                resource_version,
+                timeout_seconds,
+                watch,
+                limit,
+            ),
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
     def create_namespaced_pod(
         self,
         namespace: str,
         body: Mapping[str, Any],
         *,
+        dry_run: str | None = None,
         _preload_content: bool = True,
         _request_timeout: Timeout = None,
     ) -> Reply:
@@ -114,7 +147,45 @@ class CoreApi:
             "POST",
             "/api/v1/namespaces/{namespace}/pods",
             {"namespace": namespace},
+            query=[("dryRun", dry_run)],
             body=body,
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
+    def read_namespaced_pod_log(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        # The log is text, not JSON: ask for it raw (``_preload_content=False``), as the suite does.
+        return self._call(
+            "GET",
+            "/api/v1/namespaces/{namespace}/pods/{name}/log",
+            {"namespace": namespace, "name": name},
+            query=[("container", container), ("tailLines", tail_lines)],
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
+    def delete_collection_namespaced_pod(
+        self,
+        namespace: str,
+        *,
+        grace_period_seconds: int | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._call(
+            "DELETE",
+            "/api/v1/namespaces/{namespace}/pods",
+            {"namespace": namespace},
+            query=[("gracePeriodSeconds", grace_period_seconds)],
             preload=_preload_content,
             timeout=_request_timeout,
         )
@@ -245,6 +316,34 @@ class CoreApi:
             timeout=_request_timeout,
         )
 
+    def create_node(
+        self, body: Mapping[str, Any], *, _preload_content: bool = True, _request_timeout: Timeout = None
+    ) -> Reply:
+        return self._call(
+            "POST", "/api/v1/nodes", body=body, preload=_preload_content, timeout=_request_timeout
+        )
+
+    def patch_node(
+        self,
+        name: str,
+        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._patch("/api/v1/nodes/{name}", {"name": name}, body, _preload_content, _request_timeout)
+
+    def delete_node(
+        self, name: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
+    ) -> Reply:
+        return self._call(
+            "DELETE",
+            "/api/v1/nodes/{name}",
+            {"name": name},
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
     def patch_node_status(
         self,
         name: str,
@@ -298,6 +397,67 @@ class CoreApi:
     ) -> Reply:
         return self._call(
             "POST", "/api/v1/namespaces", body=body, preload=_preload_content, timeout=_request_timeout
+        )
+
+    def list_namespaced_event(
+        self,
+        namespace: str,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._call(
+            "GET",
+            "/api/v1/namespaces/{namespace}/events",
+            {"namespace": namespace},
+            query=_list_query(None, field_selector, label_selector, None, None, None),
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
+    def read_namespace(
+        self, name: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
+    ) -> Reply:
+        return self._call(
+            "GET",
+            "/api/v1/namespaces/{name}",
+            {"name": name},
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
+    def list_namespace(
+        self,
+        *,
+        label_selector: str | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._call(
+            "GET",
+            "/api/v1/namespaces",
+            query=_list_query(None, None, label_selector, None, None, None),
+            preload=_preload_content,
+            timeout=_request_timeout,
+        )
+
+    def delete_namespace(
+        self,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        _preload_content: bool = True,
+        _request_timeout: Timeout = None,
+    ) -> Reply:
+        return self._call(
+            "DELETE",
+            "/api/v1/namespaces/{name}",
+            {"name": name},
+            query=[("gracePeriodSeconds", grace_period_seconds)],
+            preload=_preload_content,
+            timeout=_request_timeout,
         )
 
     # ---- the one way a request is sent
@@ -362,12 +522,14 @@ def _list_query(
     resource_version: str | None,
     timeout_seconds: int | None,
     watch: bool | None,
+    limit: int | None = None,
 ) -> list[tuple[str, Any]]:
     """A list or watch's query, in the order CoreV1Api writes it."""
     return [
         ("allowWatchBookmarks", allow_watch_bookmarks),
         ("fieldSelector", field_selector),
         ("labelSelector", label_selector),
+        ("limit", limit),
         ("resourceVersion", resource_version),
         ("timeoutSeconds", timeout_seconds),
         ("watch", watch),

@@ -130,11 +130,15 @@ def new_run_id(what: str) -> str:
 
 
 def wait_for_check_pods(
-    cluster: Cluster, run_id: str, proc: subprocess.Popen[str], phase: str | None = None
+    cluster: Cluster,
+    run_id: str,
+    proc: subprocess.Popen[str],
+    phase: str | None = None,
+    check: str | None = None,
 ) -> None:
-    """Until a check of the run has Pods (it is in the middle of its work), or one in ``phase``.
-    Looks every 50 ms: what the check does next is timed from here."""
-    selector = f"gpuconf.io/run={run_id},gpuconf.io/check"
+    """Until a check of the run (``check``, or any) has Pods (it is in the middle of its work), or
+    one in ``phase``. Looks every 50 ms: what the check does next is timed from here."""
+    selector = f"gpuconf.io/run={run_id},gpuconf.io/check" + (f"={check}" if check else "")
     deadline = time.monotonic() + 120
     while not cluster.pods(label_selector=selector, field_selector=f"status.phase={phase}" if phase else ""):
         if proc.poll() is not None:
@@ -232,9 +236,11 @@ def test_api_server_killed_mid_run_errors_in_flight_and_later_checks_pass(
     started = time.monotonic()
     proc = start_run(box.kubeconfig, tmp_path, run_id, *[a for c in checks for a in ("--check", c)])
     try:
-        # release-on-completion's first Pods run half a second and the check polls until they end:
-        # the API server goes away while it does.
-        wait_for_check_pods(cluster, run_id, proc, phase="Running")
+        # release-on-completion's first Pods run half a second and the check reads them until they
+        # end: the API server goes away while it does, so the check's next read finds it gone (the
+        # kubelet cannot report the end meanwhile). Any check's Pods would not do: a check waiting on
+        # its watch alone (a hold, an unbound window) rides out a short outage and rightly passes.
+        wait_for_check_pods(cluster, run_id, proc, phase="Running", check="release-on-completion")
         before = box.recorded_argv("kube-apiserver")
         box.restart_component("kube-apiserver", log=print, kill=True, down_s=3.0)
         assert box.recorded_argv("kube-apiserver") == before, "it came back as it was"

@@ -199,6 +199,25 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("delete_namespaced_pod", ("p", "ns"), {"grace_period_seconds": 0}),
     # a JSON patch (a list) keeps its own content type
     ("patch_node_status", ("n", [{"op": "add", "path": "/metadata/labels/a", "value": "b"}]), {}),
+    # the suite (fixtures.suite: its Cluster, PodWatch, cleanup, preflight, admission dry run)
+    ("read_namespaced_pod", ("p", "ns"), {}),
+    ("list_namespaced_pod", ("ns",), {"label_selector": "a=b", "field_selector": "status.phase=Running"}),
+    ("list_namespaced_pod", ("ns",), {"limit": 1}),
+    ("list_namespaced_pod", ("ns",), {"watch": True, "resource_version": "7", "allow_watch_bookmarks": True}),
+    ("list_pod_for_all_namespaces", (), {"label_selector": "a=b", "field_selector": "spec.nodeName=n"}),
+    ("create_namespaced_pod", ("ns", discovery_pod("p", "n", 2, "img")), {"dry_run": "All"}),
+    ("read_namespaced_pod_log", ("p", "ns"), {"container": "main", "tail_lines": 80}),
+    ("delete_collection_namespaced_pod", ("ns",), {"grace_period_seconds": 0}),
+    ("list_namespaced_event", ("ns",), {"field_selector": "involvedObject.name=p"}),
+    ("list_node", (), {"label_selector": "a=b"}),
+    ("create_node", ({"metadata": {"name": "n", "labels": {"gpuconf.io/simulated": "true"}}},), {}),
+    ("patch_node", ("n", {"spec": {"taints": []}}), {}),
+    ("delete_node", ("n",), {}),
+    ("create_namespace", ({"metadata": {"name": "ns", "labels": {"gpuconf.io/run": "r"}}},), {}),
+    ("read_namespace", ("ns",), {}),
+    ("list_namespace", (), {"label_selector": "gpuconf.io/suite=true"}),
+    ("list_namespace", (), {}),
+    ("delete_namespace", ("ns",), {"grace_period_seconds": 0}),
 ]
 
 
