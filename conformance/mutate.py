@@ -276,7 +276,7 @@ def run_mutation(
     def reconfigure() -> None:
         schedulers = ("reference", *(f"reference/m-{f}:{f}" for f in sorted(judged)))
         faults = tuple(f"{n}:{f}" for n, f in sorted(current.items()))
-        Sandbox(replace(config, schedulers=schedulers, agent_faults=faults)).up(log=lambda m: None)
+        Sandbox(replace(config, schedulers=schedulers, agent_faults=faults)).reconcile(log=lambda m: None)
 
     parallel = parallel or nodes
     # The runs judge the sandbox as a cluster (--kubeconfig): tell them its agent's reaction period.

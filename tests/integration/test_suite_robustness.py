@@ -611,10 +611,11 @@ def test_node_and_stack_checks_need_no_more_than_the_suite_clusterrole(
     user = f"gpuconf-suite-{uuid.uuid4().hex[:4]}"
     bind_suite_roles(box, user)
     kubeconfig = box.issue_kubeconfig(user, user)  # a client certificate, in no group
+    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     with pytest.raises(ApiException) as refused:  # not an admin: it may not even read Secrets
-        Cluster(kubeconfig).core.list_secret_for_all_namespaces()
+        client.CoreV1Api(Cluster(kubeconfig).api).list_secret_for_all_namespaces()
     assert refused.value.status == 403
     run_id = new_run_id("rbac")
     checks = ["hard-limit-oom", "soft-limit-eviction", "agent-restart", "node-readiness", "memory-fit"]
