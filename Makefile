@@ -38,19 +38,23 @@ runtime: binaries
 conformance: setup
 	$(BIN)/gpuconf run --output-dir gpuconf-results
 
-# One command: set everything up and run the tests (unit, then integration on the sandbox), each
-# half on TEST_WORKERS pytest-xdist workers. Most of the integration time is spent waiting (on Pods,
-# sandboxes, a process's start), so two workers nearly halve it on 2 cores; modules go whole to a
-# worker (--dist loadfile: they share their module's sandbox), the heaviest first
-# (tests/integration/conftest.py). TEST_WORKERS=0 runs serially.
+# One command: set everything up and run the tests (unit, then integration on the sandbox), the
+# unit half on TEST_WORKERS pytest-xdist workers, the integration half on INTEGRATION_WORKERS. The
+# unit tests keep a core busy each; the integration tests mostly wait (on Pods, sandboxes, a
+# process's start): on 2 cores, three workers still used only 1.4 of them (the whole half: 506 s).
+# Modules go whole to a worker (--dist loadfile: they share their module's sandbox), the heaviest
+# first (tests/integration/conftest.py). TEST_WORKERS=0 runs both halves serially.
 # pytest's exit code 5 (no tests collected) is a failure here, never a silent pass.
 # The integration half ends with its 25 slowest tests (--durations), so every CI log shows where the
 # time went.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+INTEGRATION_WORKERS ?= $(if $(filter 0,$(TEST_WORKERS)),0,3)
+xdist = $(if $(filter 0,$(1)),,-n $(1) --dist loadfile)
+XDIST = $(call xdist,$(TEST_WORKERS))
+XDIST_INTEGRATION = $(call xdist,$(INTEGRATION_WORKERS))
 test: setup
 	@$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS); u=$$?; \
-	$(BIN)/python -m pytest tests/integration $(XDIST) --durations=25 $(PYTEST_ARGS); i=$$?; \
+	$(BIN)/python -m pytest tests/integration $(XDIST_INTEGRATION) --durations=25 $(PYTEST_ARGS); i=$$?; \
 	if [ $$u -eq 5 ] || [ $$i -eq 5 ]; then echo "make test: pytest collected no tests: failing" >&2; exit 1; fi; \
 	if [ $$u -ne 0 ]; then exit $$u; fi; exit $$i
 
@@ -58,7 +62,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS)
 
 integration: setup
-	$(BIN)/python -m pytest tests/integration $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration $(XDIST_INTEGRATION) $(PYTEST_ARGS)
 
 # The same four checks as `tox -e lint` and CI: style, formatting, types (mypy, configured in
 # pyproject.toml), and the import layers (import-linter: the five parts import downward only).

@@ -87,3 +87,54 @@ def test_recorded_argv_reads_the_state_file(tmp_path: Path) -> None:
     assert box.recorded_argv("scheduler/y") is None
     box.state_file.write_text("{not json")
     assert box.recorded_argv("scheduler/x") is None
+
+
+def test_reconcile_needs_a_running_sandbox(tmp_path: Path) -> None:
+    box = Sandbox(SandboxConfig(state_dir=tmp_path / "sb"), sources=[Echo()])
+    with pytest.raises(SandboxError, match=r"no running sandbox in .*sb"):
+        box.reconcile(log=lambda _m: None)
+
+
+def test_reconcile_changes_the_components_and_nothing_else(tmp_path: Path) -> None:
+    """A running sandbox (its control plane recorded as this live process): reconcile starts the
+    components wanted, stops one no longer wanted, and never asks the API server anything (``up``
+    would put the Nodes back; a run may own one)."""
+    import os
+
+    from fixtures.sandbox import processes
+
+    me = {
+        "pid": os.getpid(),
+        "start_ticks": processes.start_ticks(os.getpid()),
+        "argv": ["python"],
+        "log": str(tmp_path / "log"),
+    }
+    gone = {
+        "name": "old/x",
+        "pid": 2**22 + 1,
+        "start_ticks": 1,
+        "argv": ["old"],
+        "log": str(tmp_path / "old"),
+    }
+    state = {
+        "running": True,
+        "processes": {
+            **{name: {"name": name, **me} for name in ("etcd", "kube-apiserver", "kube-controller-manager")},
+            "old/x": gone,
+        },
+    }
+    box = Sandbox(SandboxConfig(state_dir=tmp_path / "sb"), sources=[Echo()])
+    box.dir.mkdir(parents=True)
+    box.state_file.write_text(json.dumps(state))
+    said: list[str] = []
+
+    def no_api(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("reconcile must not talk to the API server")
+
+    box.core_v1 = no_api  # type: ignore[method-assign]
+    box.api_client = no_api  # type: ignore[method-assign]
+    box.reconcile(log=said.append)
+    recorded = json.loads(box.state_file.read_text())["processes"]
+    assert "old/x" not in recorded and {"echo/gpu-a-0", "echo/gpu-a-1"} <= set(recorded)
+    assert recorded["echo/gpu-a-0"]["argv"] == ["echo", "gpu-a-0"]
+    assert any("stopped old/x" in line for line in said)
