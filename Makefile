@@ -70,7 +70,7 @@ integration: setup
 # every report shows (conformance/mutation-score.json). Fails when a fault escapes. (`make test` runs
 # the same mutation run as tests/integration/test_mutation.py.)
 mutation: setup
-	$(BIN)/gpuconf mutate --fidelity ideal --fidelity h200 --report-dir gpuconf-mutation --write-score
+	$(BIN)/gpuconf mutate --fidelity ideal --fidelity h200 --control-workers 2 --report-dir gpuconf-mutation --write-score
 
 # On a machine with one GPU (prepared for an H200, driver 580 / CUDA 13.0): the CuPy workload's
 # alloc-until-oom at the real granularity, touch, calibrated kernels, `gpuconf probe --backend mps`,

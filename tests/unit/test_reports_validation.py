@@ -263,7 +263,8 @@ def test_the_shipped_score_file_gives_both_fidelities_with_every_seeded_fault() 
         Path(validation.__file__).parents[1] / "conformance" / "mutation-score.json"
     )
     scores = validation.validations(scored(score=shipped))
-    assert [(v.fidelity, v.mode) for v in scores] == [("ideal", "quick"), ("h200", "quick")]
+    assert [v.fidelity for v in scores] == ["ideal", "h200"]
+    assert all(v.mode in ("quick", "full") for v in scores), [v.mode for v in scores]
     seeded = len(EXPECTED_SCHEDULER) + len(EXPECTED_AGENT)
     assert [(v.caught, v.seeded) for v in scores] == [(seeded, seeded)] * 2
 
