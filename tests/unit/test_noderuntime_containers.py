@@ -19,6 +19,7 @@ from fixtures.sandbox.noderuntime.containers import (
     container_processes,
     launch,
     reap_leftovers,
+    wait_group_gone,
 )
 from fixtures.sandbox.noderuntime.layout import containers_dir
 from fixtures.suite.waiting import wait_until
@@ -72,6 +73,18 @@ def test_stop_gives_sigterm_then_sigkill(tmp_path: Path) -> None:
     assert stubborn.stop(0.5).returncode == -signal.SIGKILL
     assert time.monotonic() - started >= 0.5
     assert not container_processes([stubborn_spec.container_id])
+
+
+def test_an_exit_waits_for_the_group_to_be_gone_and_gives_up_when_bounded() -> None:
+    # A group whose process still runs is not gone; the bound returns instead of hanging the runtime.
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert not wait_group_gone(proc.pid, 0.05)
+    finally:
+        proc.kill()
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # a zombie leader is not "alive"
+    assert wait_group_gone(proc.pid, 5.0)
+    proc.wait()
 
 
 def test_on_exit_runs_once_even_when_registered_late(tmp_path: Path) -> None:
