@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline for the property tests: how fast an example runs is the benchmarks' business
+# (make bench), and on a busy machine (the unit tests beside the integration tests in make test) a
+# 200 ms deadline fails a correct example for having waited on a CPU.
+settings.register_profile("gpuconf", deadline=None)
+settings.load_profile("gpuconf")
 
 
 @pytest.fixture(autouse=True)

@@ -59,6 +59,23 @@ def test_up_twice_reuses_and_down_leaves_nothing(own_sandbox: Sandbox) -> None:
     assert own_sandbox.status().state == "absent"
 
 
+def test_up_again_drops_its_own_unlisted_nodes_and_leaves_nodes_others_added(own_sandbox: Sandbox) -> None:
+    from fixtures.sandbox.nodes import NODE_INFO
+
+    own_sandbox.up(log=print)
+    core = own_sandbox.core_v1()
+    listed = {n.metadata.name for n in core.list_node().items}
+    # What the suite's node-readiness check adds for a while: the simulated label, no runtime of ours.
+    core.create_node({"metadata": {"name": "added-by-a-check", "labels": {"gpuconf.io/simulated": "true"}}})
+    # What an earlier topology of this sandbox left: a Node that says it runs the sandbox's runtime.
+    core.create_node({"metadata": {"name": "gpu-from-an-old-topology"}})
+    core.patch_node_status("gpu-from-an-old-topology", {"status": {"nodeInfo": NODE_INFO}})
+
+    own_sandbox.up(log=print)
+    after = {n.metadata.name for n in core.list_node().items}
+    assert after == listed | {"added-by-a-check"}
+
+
 def test_down_keep_restarts_the_same_cluster(own_sandbox: Sandbox) -> None:
     own_sandbox.up(log=print)
     own_sandbox.core_v1().create_namespace({"metadata": {"name": "kept"}})

@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 import yaml
-from sandbox_args import RETRY
+from sandbox_args import RETRY, interruptible
 
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
 from fixtures.sandbox import processes
@@ -112,6 +112,7 @@ def start_run(
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         start_new_session=new_session,
+        preexec_fn=interruptible,  # noqa: PLW1509 - one signal call, nothing else runs there
     )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_args import RETRY
+from sandbox_args import RETRY, interruptible
 
 from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig
 from fixtures.suite.waiting import wait_until
@@ -80,7 +80,13 @@ def test_sigint_mid_run_leaves_nothing_behind(box: Sandbox, tmp_path: Path) -> N
     argv = [sys.executable, "-m", "conformance.cli", "run", "--kubeconfig", str(box.kubeconfig), RETRY]
     argv += ["--scheduler-name", "gpuconf-reference", "--profile", "scheduler", "--report-dir", str(tmp_path)]
     argv += ["--check", "memory-fit", "--check", "release-on-completion", "--", "--run-id", run_id]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=interruptible,  # noqa: PLW1509 - one signal call, nothing else runs there
+    )
     core = box.core_v1()
     selector = f"gpuconf.io/run={run_id}"
     try:
