@@ -337,8 +337,12 @@ def test_many_kernels_keep_the_result_a_summary_and_the_spans_go_to_the_log(
     r = run(node, "ns/big/c", [{"op": "compute", "seconds": 1.0, "kernel_ms": 0.5}], term, guarantee_mib=64)
     result = assert_reported(r, ExitCode.OK)
     step = result["steps"][0]
-    assert not result.get("truncated") and step["kernels"] > 100
-    assert f"sha256 {step['spans_digest']}" in r.stdout  # every span is in the log, under its digest
+    # How many 0.5 ms kernels fit in the second is the machine's business (about 200 when idle, 43
+    # once, starved beside the integration tests); what must hold is that the result keeps a summary
+    # of any number, and the log every span under the result's digest.
+    assert not result.get("truncated") and step["kernels"] >= 20 and "spans_ms" not in step
+    line = next(x for x in r.stdout.splitlines() if f"sha256 {step['spans_digest']}" in x)
+    assert len(json.loads(line.split(": ", 2)[-1])) == step["kernels"]
 
 
 def test_a_plan_error_exits_2_before_touching_the_device(node: SimNodeHarness, term: Any) -> None:
