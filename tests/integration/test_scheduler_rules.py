@@ -251,18 +251,18 @@ def test_too_few_gpus(pods: Pods) -> None:
 
 def test_no_ready_node_then_placed_when_a_node_turns_ready(pods: Pods, sandbox: Sandbox) -> None:
     core = sandbox.core_v1()
-    with (
-        node_condition(core, "gpu-a-0", FRACTIONING, "False"),
-        node_condition(core, "gpu-a-1", "Ready", "False"),
-    ):
-        pods.create("nowhere", {"gpu-fraction": "0.5"})
-        message = pods.unschedulable("nowhere")
-        assert message == (
-            "no ready node: 0/2 nodes are Ready with gpu-fractioning.nvidia.com/Ready=True "
-            "(gpu-a-0: gpu-fractioning.nvidia.com/Ready is not True; gpu-a-1: Ready is not True)"
-        )
-    # the conditions are restored in reverse order: gpu-a-1 turns ready first, and the retry takes it
-    assert pods.bound("nowhere")["spec"]["nodeName"] == "gpu-a-1"
+    with node_condition(core, "gpu-a-0", FRACTIONING, "False"):
+        with node_condition(core, "gpu-a-1", "Ready", "False"):
+            pods.create("nowhere", {"gpu-fraction": "0.5"})
+            message = pods.unschedulable("nowhere")
+            assert message == (
+                "no ready node: 0/2 nodes are Ready with gpu-fractioning.nvidia.com/Ready=True "
+                "(gpu-a-0: gpu-fractioning.nvidia.com/Ready is not True; gpu-a-1: Ready is not True)"
+            )
+        # gpu-a-1 is ready again and gpu-a-0 still is not, until the Pod is bound: the retry takes
+        # gpu-a-1. (Restoring both before the bind raced the retry, which on a busy machine came after
+        # both and took gpu-a-0, the first of two ready nodes.)
+        assert pods.bound("nowhere")["spec"]["nodeName"] == "gpu-a-1"
 
 
 def test_an_invalid_request_stays_pending_with_the_violation(pods: Pods) -> None:
