@@ -8,7 +8,7 @@ import pytest
 from hypothesis import settings
 
 # No per-example deadline for the property tests: how fast an example runs is the benchmarks' business
-# (make bench), and on a busy machine (the unit tests beside the integration tests in make test) a
+# (make bench), and on a busy machine (a loaded CI runner, make test TEST_BESIDE=1) a
 # 200 ms deadline fails a correct example for having waited on a CPU.
 settings.register_profile("gpuconf", deadline=None)
 settings.load_profile("gpuconf")
