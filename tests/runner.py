@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 NO_TESTS = 5  # pytest's exit code when it collected nothing
@@ -33,10 +34,6 @@ def xdist(workers: int) -> list[str]:
 
 def pytest_argv(path: str, workers: int, extra: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", path, *xdist(workers), *extra]
-
-
-def lowered(niceness: int) -> None:
-    os.nice(niceness)
 
 
 def verdict(unit: int, integration: int) -> int:
@@ -79,7 +76,7 @@ def run_beside(args: argparse.Namespace, extra: list[str]) -> int:
             pytest_argv(args.unit, args.unit_workers, extra),
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=lambda: lowered(args.nice),  # noqa: PLW1509 - one nice call, nothing else runs there
+            preexec_fn=partial(os.nice, args.nice),  # noqa: PLW1509 - one nice call, nothing else runs there
         )
         integration = subprocess.Popen(
             pytest_argv(args.integration, args.integration_workers, [*args.integration_args, *extra])
