@@ -130,21 +130,39 @@ def new_run_id(what: str) -> str:
     return f"{what}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for_check_pods(
-    cluster: Cluster,
-    run_id: str,
-    proc: subprocess.Popen[str],
-    phase: str | None = None,
-    check: str | None = None,
-) -> None:
-    """Until a check of the run (``check``, or any) has Pods (it is in the middle of its work), or
-    one in ``phase``. Looks every 50 ms: what the check does next is timed from here."""
-    selector = f"gpuconf.io/run={run_id},gpuconf.io/check" + (f"={check}" if check else "")
+def wait_for_check_pods(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
+    """Until a check of the run has Pods (it is in the middle of its work). Looks every 50 ms:
+    what the check does next is timed from here."""
+    selector = f"gpuconf.io/run={run_id},gpuconf.io/check"
     deadline = time.monotonic() + 120
-    while not cluster.pods(label_selector=selector, field_selector=f"status.phase={phase}" if phase else ""):
+    while not cluster.pods(label_selector=selector):
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early ({proc.returncode}): {proc.communicate()[0]}")
         assert time.monotonic() < deadline, f"no Pods of a check of run {run_id} in 120 s"
+        time.sleep(0.05)
+
+
+def wait_for_first_pods_placed(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
+    """Until release-on-completion has all its first Pods (one per GPU of its node) bound and one
+    of them still Running. From then on the check only reads those Pods through the API until the
+    kubelet reports them ended, which it cannot do while the API server is away: an outage now is
+    met by a read. One Pod Running is not enough: the check may still be waiting on its watch for a
+    later Pod's binding, and a watch rides out the outage (the check then rightly passes)."""
+    selector = f"gpuconf.io/run={run_id},gpuconf.io/check=release-on-completion"
+    gpus = {n.name: n.gpu_count for n in cluster.gpu_nodes()}
+    deadline = time.monotonic() + 120
+
+    def placed() -> bool:
+        pods = cluster.pods(label_selector=selector)
+        nodes = {p["spec"].get("nodeName") for p in pods}
+        if len(nodes) != 1 or None in nodes or len(pods) != gpus.get(str(next(iter(nodes))), -1):
+            return False
+        return any(p["status"].get("phase") == "Running" for p in pods)
+
+    while not placed():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended early ({proc.returncode}): {proc.communicate()[0]}")
+        assert time.monotonic() < deadline, f"release-on-completion of run {run_id} placed no Pods in 120 s"
         time.sleep(0.05)
 
 
@@ -241,7 +259,7 @@ def test_api_server_killed_mid_run_errors_in_flight_and_later_checks_pass(
         # end: the API server goes away while it does, so the check's next read finds it gone (the
         # kubelet cannot report the end meanwhile). Any check's Pods would not do: a check waiting on
         # its watch alone (a hold, an unbound window) rides out a short outage and rightly passes.
-        wait_for_check_pods(cluster, run_id, proc, phase="Running", check="release-on-completion")
+        wait_for_first_pods_placed(cluster, run_id, proc)
         before = box.recorded_argv("kube-apiserver")
         box.restart_component("kube-apiserver", log=print, kill=True, down_s=3.0)
         assert box.recorded_argv("kube-apiserver") == before, "it came back as it was"
