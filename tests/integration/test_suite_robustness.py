@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -130,16 +130,23 @@ def new_run_id(what: str) -> str:
     return f"{what}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for_check_pods(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
-    """Until a check of the run has Pods (it is in the middle of its work). Looks every 50 ms:
-    what the check does next is timed from here."""
-    selector = f"gpuconf.io/run={run_id},gpuconf.io/check"
+def poll_during_run(proc: subprocess.Popen[str], done: Callable[[], bool], what: str) -> None:
+    """Until ``done()``, looking every 50 ms (what the check does next is timed from here); an
+    error when the run ends first or there is still no ``what`` after 120 s."""
     deadline = time.monotonic() + 120
-    while not cluster.pods(label_selector=selector):
+    while not done():
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early ({proc.returncode}): {proc.communicate()[0]}")
-        assert time.monotonic() < deadline, f"no Pods of a check of run {run_id} in 120 s"
+        assert time.monotonic() < deadline, f"no {what} in 120 s"
         time.sleep(0.05)
+
+
+def wait_for_check_pods(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
+    """Until a check of the run has Pods (it is in the middle of its work)."""
+    selector = f"gpuconf.io/run={run_id},gpuconf.io/check"
+    poll_during_run(
+        proc, lambda: bool(cluster.pods(label_selector=selector)), f"Pods of a check of run {run_id}"
+    )
 
 
 def wait_for_first_pods_placed(cluster: Cluster, run_id: str, proc: subprocess.Popen[str]) -> None:
@@ -150,20 +157,20 @@ def wait_for_first_pods_placed(cluster: Cluster, run_id: str, proc: subprocess.P
     later Pod's binding, and a watch rides out the outage (the check then rightly passes)."""
     selector = f"gpuconf.io/run={run_id},gpuconf.io/check=release-on-completion"
     gpus = {n.name: n.gpu_count for n in cluster.gpu_nodes()}
-    deadline = time.monotonic() + 120
 
     def placed() -> bool:
         pods = cluster.pods(label_selector=selector)
         nodes = {p["spec"].get("nodeName") for p in pods}
-        if len(nodes) != 1 or None in nodes or len(pods) != gpus.get(str(next(iter(nodes))), -1):
+        if len(nodes) != 1:
             return False
-        return any(p["status"].get("phase") == "Running" for p in pods)
+        (node,) = nodes
+        return (
+            node is not None
+            and len(pods) == gpus.get(node)
+            and any(p["status"].get("phase") == "Running" for p in pods)
+        )
 
-    while not placed():
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended early ({proc.returncode}): {proc.communicate()[0]}")
-        assert time.monotonic() < deadline, f"release-on-completion of run {run_id} placed no Pods in 120 s"
-        time.sleep(0.05)
+    poll_during_run(proc, placed, f"placement of release-on-completion's first Pods (run {run_id})")
 
 
 def results(out: Path) -> dict[str, dict[str, Any]]:
