@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # one of the thousands a `make test` starts). An environment that forbids writing them loses that.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup binaries runtime conformance test unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
+.PHONY: setup system-packages binaries runtime conformance test unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP) binaries runtime
+setup: $(STAMP) system-packages binaries runtime
+
+# What the tests need from the operating system (runc and a static busybox, for the NRI test): installed
+# with apt-get where this is root on a Debian-like system, otherwise `make setup` stops here, before any
+# test, naming the packages and the command (fixtures/sandbox/system.py). SYSTEM_PACKAGES=skip goes on
+# without them.
+SYSTEM_PACKAGES ?=
+system-packages: $(STAMP)
+	SYSTEM_PACKAGES=$(SYSTEM_PACKAGES) $(BIN)/python -m fixtures.sandbox.system
 
 # Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler once per machine
 # (cached per user, outside the checkout); later calls only print the cached folder.
@@ -29,13 +37,14 @@ binaries: $(STAMP)
 
 # The real node runtime of the NRI test (tests/integration/test_nri_containerd.py): containerd 2.x,
 # ctr, crictl and gpuconf's NRI plugin, built once per machine and cached beside the binaries above
-# (runc and busybox come from the system's packages; .ci/run installs them). A failure here does not
+# (runc and busybox come from the system's packages: system-packages). A failure here does not
 # stop the other tests: the NRI test then fails itself, saying what is missing.
-runtime: binaries
+runtime: binaries system-packages
 	-$(BIN)/gpuconf sandbox build --runtime
 
 # One command: set everything up, bring the sandbox up, run the conformance suite, write the report.
-conformance: setup
+# (Not the NRI test's runtime nor the system's packages: the suite needs neither.)
+conformance: $(STAMP) binaries
 	$(BIN)/gpuconf run --output-dir gpuconf-results
 
 # One command: set everything up and run the tests (tests/runner.py): the unit half on TEST_WORKERS
