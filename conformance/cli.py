@@ -25,7 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "reports.cli",  # gpuconf report render|allure|diff: renderings of a recorded run, and diffs
 )
 REPORT_MODULES: tuple[str, ...] = (
-    "conformance.certify",  # gpuconf report bundle|verify|attest: submissions (needs the catalog)
+    "conformance.certify.cli",  # gpuconf report bundle|verify|attest: submissions (needs the catalog)
 )
 
 

@@ -1,30 +1,19 @@
-"""Certification: ``gpuconf report bundle``, ``gpuconf report verify`` and ``gpuconf report attest``.
+"""``gpuconf report verify``: every requirement of a submission, PASS or FAIL, with how to fix it.
 
-A vendor bundles a recorded run into a submission folder; a reviewer (or a bot on the pull request
-to a submissions repository) verifies it with one command. docs/certification.md says why each
-requirement exists. Here, because completeness is judged against the catalog of the claimed suite
-version (``conformance/catalog.yaml``), which only this part may read.
-
-- ``bundle(run_dir, out)``: ``<gpuconf major.minor>/<org>-<project>/<profiles>-<version>/`` with
-  ``report.yaml`` (rendered from the bundled ``run.json``), a redacted ``run.json``, ``junit.xml``,
-  ``evidence.tar.gz`` (deterministic), ``README.md`` (with a Reproduce section) and ``SHA256SUMS``;
-  an interrupted run is refused.
-- ``verify(folder)``: every requirement as PASS or FAIL with the file, field, expected and found
-  value and how to fix it; exit 0 submittable, 1 not, 2 usage.
-- ``attest(folder)``: an in-toto Statement (test-result predicate) over ``SHA256SUMS``, for the
-  vendor to sign with their own tooling (``cosign attest-blob``).
+Completeness is judged against the catalog of the claimed suite version (``conformance/catalog.yaml``),
+which is why certification lives in ``conformance`` and not in ``reports``. Each requirement is one
+method of the checker, in ``REQUIREMENTS``' order, returning findings that name the file, the field,
+what was expected, what was found and the fix; docs/certification.md says why each one exists.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,52 +23,43 @@ from typing import Any, Final
 import yaml
 
 from conformance.catalog import CATALOG_PATH, PACKAGE_DIR
+from conformance.certify.attestation import PREDICATE_TYPE, statement
+from conformance.certify.layout import (
+    FILES,
+    JUNIT,
+    OPTIONAL_FILES,
+    PREDICATE,
+    README,
+    REPORT,
+    REPRODUCE,
+    RUN,
+    SIGNED,
+    STATEMENT,
+    SUMS,
+    claimed_profiles,
+    find_submission,
+    minor_of,
+    submission_path,
+)
 from reports import conformance as conformance_report
 from reports import submitter as submitter_module
-from reports.digests import ARCHIVE, check_digests, file_digests, member_name, read_archive, write_archive
-from reports.figures import resolve
+from reports.digests import ARCHIVE, check_digests, file_digests, member_name, read_archive
 from reports.junit import junit_bytes
 from reports.levels import CONFORMANT, FEATURE_SKIP, SANDBOX_VERIFIED, level_of, narrowing, reference_parties
-from reports.model import SCHEMA, Implementation, RunRecord, gpuconf_version, load_run, record_from_dict
-from reports.provenance import KUBECONFIG, file_digest, leaks, redact_text
+from reports.model import SCHEMA, RunRecord, gpuconf_version, load_run
+from reports.provenance import file_digest, leaks
 from reports.validation import validations
 from reports.verdicts import profile_results
 
-EXIT_OK, EXIT_NOT_SUBMITTABLE, EXIT_USAGE = 0, 1, 2
-REPORT: Final = "report.yaml"
-RUN: Final = "run.json"
-JUNIT: Final = "junit.xml"
-README: Final = "README.md"
-SUMS: Final = "SHA256SUMS"
-STATEMENT: Final = "attestation.intoto.json"
-PREDICATE: Final = "attestation.predicate.json"
-SIGNED: Final = "attestation.sigstore.json"
-FILES: Final = (REPORT, RUN, JUNIT, ARCHIVE, README)
-"""Every file a submission holds beside ``SHA256SUMS``."""
-OPTIONAL_FILES: Final = (STATEMENT, PREDICATE, SIGNED)
-"""Provenance over ``SHA256SUMS`` (``gpuconf report attest``, then the vendor's signature)."""
-STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE: Final = "https://in-toto.io/attestation/test-result/v0.1"
 MAX_TIMEOUT_SCALE: Final = 3.0
 ACCEPTED_MINORS: Final = 2
 """A submission is valid for the two latest gpuconf minor versions (the verifier's and the one before)."""
 MOVING_VERSIONS: Final = ("main", "master", "latest", "head", "dev", "develop", "trunk", "nightly", "edge")
 RELEASE: Final = re.compile(r"v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+][0-9A-Za-z.-]+)?")
 COMMIT: Final = re.compile(r"[0-9a-f]{7,40}")
-REPRODUCE: Final = "## Reproduce"
 KNOWN_RELEASES: Final[dict[str, dict[str, str]]] = {}
 """Earlier releases' catalog and mutation score digests (version: {catalogDigest, mutationScoreDigest}),
 so that a bundle of the previous minor version is checked against its own catalog digest."""
-VENDOR_STEPS: Final = (
-    "<!-- Complete: the steps that install the product under test, exactly as you ran them. -->"
-)
-
-
-class BundleError(Exception):
-    """A run that cannot be bundled; the message says why and what to do."""
-
-
-# ----------------------------------------------------------------------------- suite facts
 
 
 @dataclass
@@ -103,182 +83,13 @@ class SuiteFacts:
         )
 
 
-def _minor(version: str) -> tuple[int, int] | None:
-    found = re.match(r"v?([0-9]+)\.([0-9]+)", version)
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
 def accepted_minors(version: str) -> list[str]:
     """The gpuconf minor versions a bundle may come from when verified with ``version``."""
-    minor = _minor(version)
+    minor = minor_of(version)
     if minor is None:
         return []
     major, low = minor
     return [f"{major}.{n}" for n in range(low, max(-1, low - ACCEPTED_MINORS), -1)]
-
-
-# ----------------------------------------------------------------------------- bundle
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._]+", "-", text.strip()).strip("-.").lower() or "unnamed"
-
-
-def claimed_profiles(record: RunRecord) -> list[str]:
-    return [str(p) for p in record.invocation.get("profiles") or []] or record.profiles()
-
-
-def submission_path(record: RunRecord) -> Path:
-    """``<gpuconf major.minor>/<org>-<project>/<profiles>-<implementation version>``."""
-    impl = record.implementation
-    version = str(record.suite.get("version") or record.gpuconf_version)
-    minor = _minor(version)
-    release = f"{minor[0]}.{minor[1]}" if minor else _slug(version)
-    profiles = "+".join(claimed_profiles(record))
-    return Path(
-        release, f"{_slug(impl.organization)}-{_slug(impl.project)}", f"{profiles}-{_slug(impl.version)}"
-    )
-
-
-def _redacted_record(record: RunRecord, implementation: Implementation) -> RunRecord:
-    """The record as it may be published: evidence paths relative, no kubeconfig, home path or
-    private address left."""
-    data = record.as_dict()
-    for result in data["results"]:
-        files = (result.get("evidence") or {}).get("files") or {}
-        for name, path in list(files.items()):
-            files[name] = member_name(str(path))
-        for section in ("facts", "pods", "workloads"):
-            value = (result.get("evidence") or {}).get(section)
-            if isinstance(value, dict) and set(value) == {"file"}:
-                value["file"] = member_name(str(value["file"]))
-    if "kubeconfig" in data["target"]:
-        data["target"]["kubeconfig"] = KUBECONFIG
-    data = json.loads(redact_text(json.dumps(data)))
-    out = record_from_dict(data)
-    out.implementation = implementation
-    return out
-
-
-def _evidence_members(record: RunRecord) -> dict[str, bytes]:
-    members: dict[str, bytes] = {}
-    for result in record.results:
-        for path in (result.evidence.get("files") or {}).values():
-            found = resolve(record, str(path))
-            if found is None:
-                continue
-            content = found.read_bytes()
-            try:
-                content = redact_text(content.decode()).encode()
-            except UnicodeDecodeError:
-                pass  # a binary file is kept as it is; verify looks into text only
-            members[member_name(str(path))] = content
-    return members
-
-
-def render_readme(record: RunRecord) -> str:
-    """The submission's README: what it is, the level, and a Reproduce section the vendor completes."""
-    impl, suite, comps = record.implementation, record.suite, record.components
-    level = level_of(record)
-    command = shlex.join(record.invocation.get("command") or ["gpuconf", "run"])
-    lines = [
-        f"# {impl.organization} {impl.project} {impl.version}: gpuconf conformance",
-        "",
-        f"Type: {impl.type or 'unknown'}; home page {impl.url}; source {impl.repository or 'unknown'}; "
-        f"documentation {impl.documentation or 'unknown'}; contact {', '.join(impl.contact) or 'unknown'}.",
-        "",
-        f"{level.line()}",
-        "",
-        "| profile | result | checks |",
-        "|---|---|---|",
-    ]
-    for p in profile_results(record):
-        lines.append(f"| {p.name} | {p.result} | {p.summary().split(': ', 1)[1]} |")
-    lines += [
-        "",
-        f"Files: `{REPORT}` (the ConformanceReport), `{RUN}` (the run, redacted), `{JUNIT}`, `{ARCHIVE}` "
-        f"(the evidence), `{SUMS}`. Check them with `gpuconf report verify .`.",
-        "",
-        REPRODUCE,
-        "",
-        "What the run recorded:",
-        "",
-        f"- gpuconf {suite.get('version', record.gpuconf_version)}, commit {suite.get('commit') or 'unknown'}"
-        f" ({'modified' if suite.get('modified') else 'unmodified'}), {suite.get('digestOf') or 'digest'} "
-        f"{suite.get('digest') or 'unknown'}",
-        f"- target: {record.target_kind}; Kubernetes {comps.get('kubernetesVersion') or 'unknown'}",
-    ]
-    for label, key in (
-        ("scheduler", "scheduler"),
-        ("node agent", "nodeAgent"),
-        ("workload image", "workloadImage"),
-    ):
-        comp = comps.get(key) or {}
-        name = comp.get("name") or comp.get("image") or "unknown"
-        digest = comp.get("digest") or comp.get("note") or "no digest"
-        lines.append(f"- {label}: {name} ({digest})")
-    for node in comps.get("nodes") or []:
-        lines.append(
-            f"- node {node.get('name')}: {node.get('gpus')} x {node.get('gpuProduct') or 'GPU'}"
-            f"{' (simulated)' if node.get('simulated') else ''}, "
-            f"kubelet {node.get('kubeletVersion') or '?'}, "
-            f"runtime {node.get('containerRuntimeVersion') or '?'}, "
-            f"driver {node.get('driverVersion') or '?'}, CUDA {node.get('cudaVersion') or '?'}"
-        )
-    lines += [
-        "",
-        "Install the product under test:",
-        "",
-        VENDOR_STEPS,
-        "",
-        f"Then run the suite (`pip install gpuconf=={suite.get('version', record.gpuconf_version)}`):",
-        "",
-        "```sh",
-        command,
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def sums_text(folder: Path, names: list[str]) -> str:
-    return "".join(f"{hashlib.sha256((folder / n).read_bytes()).hexdigest()}  {n}\n" for n in sorted(names))
-
-
-def bundle(
-    run_dir: Path, out: Path, implementation: Implementation | None = None, readme: Path | None = None
-) -> Path:
-    """Write the submission folder for the run at ``run_dir`` under ``out``; returns the folder.
-    Raises ``BundleError`` (an interrupted run, no submitter) or ``OSError``/``ValueError``."""
-    record = load_run(run_dir)
-    if record.interrupted:
-        raise BundleError(
-            f"{run_dir}: the run was interrupted, so some checks never ran to their verdict; run the suite "
-            "to its end and bundle that run"
-        )
-    impl = implementation or record.implementation
-    missing = [n for n in ("organization", "project", "version") if not getattr(impl, n)]
-    if missing:
-        raise BundleError(
-            "the submission folder is named after the organization, project and version, and "
-            f"{', '.join(missing)} is not known: give --submitter FILE"
-        )
-    published = _redacted_record(record, impl)
-    folder = out / submission_path(published)
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in (*FILES, SUMS, *OPTIONAL_FILES):
-        (folder / stale).unlink(missing_ok=True)
-    write_archive(_evidence_members(record), folder / ARCHIVE)
-    (folder / RUN).write_text(json.dumps(published.as_dict(), indent=2, default=str) + "\n")
-    published = load_run(folder)
-    (folder / JUNIT).write_bytes(junit_bytes(published))
-    (folder / REPORT).write_text(conformance_report.render_yaml(published))
-    (folder / README).write_text(readme.read_text() if readme else render_readme(published))
-    (folder / SUMS).write_text(sums_text(folder, list(FILES)))
-    return folder
-
-
-# ----------------------------------------------------------------------------- verify
 
 
 @dataclass
@@ -394,15 +205,6 @@ REQUIREMENTS: Final = (
     ("redaction", "no home path, kubeconfig path or private address in any file"),
     ("mutation-score", "the suite version's mutation score is present with nothing escaped"),
 )
-
-
-def find_submission(directory: Path) -> Path | None:
-    """The submission folder: ``directory`` itself when it holds report.yaml, else the one folder
-    three levels below that does (``<minor>/<org>-<project>/<profiles>-<version>``)."""
-    if (directory / REPORT).is_file() or (directory / RUN).is_file():
-        return directory
-    found = sorted(p.parent for p in directory.glob(f"*/*/*/{REPORT}"))
-    return found[0] if len(found) == 1 else None
 
 
 class _Checker:
@@ -625,7 +427,7 @@ class _Checker:
         if self.record is None:
             return self.unreadable(RUN)
         version = str(self.record.suite.get("version") or self.record.gpuconf_version)
-        minor = _minor(version)
+        minor = minor_of(version)
         window = accepted_minors(self.suite.version)
         if minor is None or f"{minor[0]}.{minor[1]}" not in window or version.startswith("0+"):
             return [
@@ -1059,65 +861,6 @@ def verify(directory: Path, suite: SuiteFacts | None = None, require_signature: 
     return Verification(folder, checker.run())
 
 
-# ----------------------------------------------------------------------------- attest
-
-
-def statement(folder: Path) -> dict[str, Any]:
-    """The in-toto Statement (test-result predicate) over the submission's ``SHA256SUMS``."""
-    record = load_run(folder / RUN)
-    sums = (folder / SUMS).read_bytes()
-    level = level_of(record)
-    configuration = [
-        {
-            "name": f"gpuconf {record.suite.get('version', '')}",
-            "digest": _bare(str(record.suite.get("digest") or "")),
-            "annotations": {
-                "commit": str(record.suite.get("commit") or ""),
-                "catalogDigest": str(record.suite.get("catalogDigest") or ""),
-            },
-        },
-    ]
-    for key in ("scheduler", "nodeAgent", "workloadImage"):
-        comp = record.components.get(key) or {}
-        configuration.append(
-            {
-                "name": str(comp.get("image") or comp.get("name") or key),
-                "digest": _bare(str(comp.get("digest") or "")),
-                "annotations": {"component": key, "reference": str(bool(comp.get("reference"))).lower()},
-            }
-        )
-    configuration += [
-        {"name": name, "digest": _bare(file_digest(folder / name))} for name in (REPORT, RUN, JUNIT, ARCHIVE)
-    ]
-    predicate = {
-        "result": "PASSED"
-        if level.name == CONFORMANT
-        else ("FAILED" if level.name == "not conformant" else "WARNED"),
-        "configuration": configuration,
-        "url": record.implementation.url,
-        "passedTests": sorted(r.key for r in record.results if r.outcome == "passed"),
-        "warnedTests": sorted(r.key for r in record.results if r.outcome in ("skipped", "error")),
-        "failedTests": sorted(r.key for r in record.results if r.outcome == "failed"),
-    }
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": SUMS, "digest": {"sha256": hashlib.sha256(sums).hexdigest()}}],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": predicate,
-    }
-
-
-def _bare(digest: str) -> dict[str, str]:
-    return {"sha256": digest.removeprefix("sha256:")} if digest.startswith("sha256:") else {}
-
-
-def attest(folder: Path) -> list[Path]:
-    data = statement(folder)
-    (folder / STATEMENT).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    (folder / PREDICATE).write_text(json.dumps(data["predicate"], indent=2, sort_keys=True) + "\n")
-    return [folder / STATEMENT, folder / PREDICATE]
-
-
 def _check_statement(folder: Path) -> list[Finding]:
     try:
         given = json.loads((folder / STATEMENT).read_text())
@@ -1190,93 +933,3 @@ def _check_signature(folder: Path) -> list[Finding]:
             Finding(SIGNED, "(signature)", "verifies", (done.stderr or done.stdout).strip()[:300], fix_sign)
         ]
     return []
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def cmd_bundle(args: argparse.Namespace) -> int:
-    from reports.cli import implementation_from
-
-    try:
-        impl = implementation_from(args)
-        folder = bundle(args.run_dir, args.out, impl, args.readme)
-    except (BundleError, submitter_module.SubmitterError) as exc:
-        print(f"gpuconf report bundle: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"gpuconf report bundle: cannot read the run at {args.run_dir}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"gpuconf report bundle: wrote {folder}")
-    print(f"complete the Reproduce section of {folder / README}, then: gpuconf report verify {args.out}")
-    return EXIT_OK
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    if not args.dir.is_dir():
-        print(f"gpuconf report verify: {args.dir}: not a folder", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        result = verify(args.dir, require_signature=args.require_signature)
-    except FileNotFoundError as exc:
-        print(f"gpuconf report verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
-    else:
-        print("\n".join(result.lines()))
-    return EXIT_OK if result.submittable else EXIT_NOT_SUBMITTABLE
-
-
-def cmd_attest(args: argparse.Namespace) -> int:
-    folder = find_submission(args.dir) if args.dir.is_dir() else None
-    if folder is None or not (folder / SUMS).is_file():
-        print(f"gpuconf report attest: {args.dir}: no bundled submission (with {SUMS}) here", file=sys.stderr)
-        return EXIT_USAGE
-    written = attest(folder)
-    print(f"gpuconf report attest: wrote {', '.join(str(p) for p in written)}")
-    print(
-        f"sign it with your own tooling, e.g. (in {folder}): cosign attest-blob --predicate {PREDICATE} "
-        f"--type {PREDICATE_TYPE} --bundle {SIGNED} {SUMS}"
-    )
-    return EXIT_OK
-
-
-def register_report(sub: Any) -> None:
-    """Add ``bundle``, ``verify`` and ``attest`` to ``gpuconf report``'s subcommands."""
-    from reports.cli import add_implementation_options
-
-    b = sub.add_parser(
-        "bundle",
-        help="write a submission folder from a recorded run",
-        description="Write <gpuconf major.minor>/<org>-<project>/<profiles>-<version>/ under --out: "
-        "report.yaml, a redacted run.json, junit.xml, evidence.tar.gz, README.md (with Reproduce) and "
-        "SHA256SUMS. Refuses an interrupted run. Bundling one run twice gives identical bytes.",
-    )
-    b.add_argument(
-        "run_dir", type=Path, metavar="RUN_DIR", help="the run's report directory (or its run.json)"
-    )
-    b.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the submission folder goes")
-    b.add_argument(
-        "--readme", type=Path, metavar="FILE", help="your completed README.md (default: generated)"
-    )
-    add_implementation_options(b)
-    b.set_defaults(func=cmd_bundle)
-
-    v = sub.add_parser(
-        "verify",
-        help="check a submission: every requirement PASS or FAIL",
-        epilog="exit codes: 0 submittable, 1 not, 2 usage",
-    )
-    v.add_argument("dir", type=Path, metavar="DIR", help="the submission folder, or the folder it lies under")
-    v.add_argument("--json", action="store_true", help="print the requirements as JSON")
-    v.add_argument(
-        "--require-signature",
-        action="store_true",
-        help=f"also require {SIGNED} (cosign attest-blob) and check it with cosign",
-    )
-    v.set_defaults(func=cmd_verify)
-
-    a = sub.add_parser("attest", help="write an in-toto Statement (test-result) over SHA256SUMS, to sign")
-    a.add_argument("dir", type=Path, metavar="DIR")
-    a.set_defaults(func=cmd_attest)
