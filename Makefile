@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # one of the thousands a `make test` starts). An environment that forbids writing them loses that.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup system-packages binaries runtime conformance test unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
+.PHONY: setup system-packages binaries runtime conformance test test-loaded unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ test: setup
 	$(BIN)/python tests/runner.py $(if $(filter 0,$(TEST_WORKERS)),--serial) $(if $(TEST_BESIDE),--beside) \
 	  --unit-workers $(TEST_WORKERS) --integration-workers $(INTEGRATION_WORKERS) \
 	  --integration-arg=--durations=25 -- $(PYTEST_ARGS)
+
+# make test RUNS times in a row beside a CPU hog of twice the cores (tests/repeat.py): every failure of
+# every run named, with its first line; logs and summary.json in .repeat/. A test that fails once
+# under load is a defect to find, never to retry.
+RUNS ?= 5
+test-loaded: setup
+	$(BIN)/python tests/repeat.py --runs $(RUNS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(XDIST) $(PYTEST_ARGS)
