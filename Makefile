@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # one of the thousands a `make test` starts). An environment that forbids writing them loses that.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup system-packages binaries runtime conformance test test-loaded unit integration lint bench mutation gpu-check sandbox-up sandbox-down clean
+.PHONY: setup system-packages binaries runtime conformance test test-loaded unit integration lint bench bench-load mutation gpu-check sandbox-up sandbox-down clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -116,7 +116,7 @@ BENCH_DIR  ?= .bench
 bench: setup
 	@rm -rf $(BENCH_DIR) && mkdir -p $(BENCH_DIR)
 	@for i in $$(seq $(BENCH_RUNS)); do for b in tests/bench/bench_*.py; do \
-	  n=$$(basename $$b .py); n=$${n#bench_}; case $$n in sandbox|suite) continue;; esac; \
+	  n=$$(basename $$b .py); n=$${n#bench_}; case $$n in sandbox|suite|load) continue;; esac; \
 	  echo "== $$b ($$i/$(BENCH_RUNS))"; $(BIN)/python $$b >> $(BENCH_DIR)/$$n.json || exit 1; \
 	done; done
 	@echo "== tests/bench/bench_sandbox.py"
@@ -128,6 +128,15 @@ bench: setup
 	@echo "== tests/bench/bench_suite.py --fidelity h200"
 	@$(BIN)/python tests/bench/bench_suite.py --runs $(BENCH_RUNS) --fidelity h200 > $(BENCH_DIR)/suite-h200.json
 	$(BIN)/python tests/bench/report.py $(BENCH_DIR)
+
+# Verdicts idle and beside a CPU hog of twice the cores, side by side (tests/bench/bench_load.py): the
+# whole suite and the quick mutation run, both fidelities; the differences first (the goal is none).
+# Hours on 2 cores: BENCH_LOAD_ARGS narrows it (--fidelity ideal, --no-mutation, --check ID).
+BENCH_LOAD_ARGS ?=
+bench-load: setup
+	@mkdir -p $(BENCH_DIR)
+	$(BIN)/python tests/bench/bench_load.py $(BENCH_LOAD_ARGS) > $(BENCH_DIR)/load.json
+	@$(BIN)/python -c "import json,sys; d=json.load(open('$(BENCH_DIR)/load.json')); print(json.dumps({f: {k: v for k, v in e.items() if k.endswith('Differences')} for f, e in d['fidelities'].items()}, indent=2)); print('same verdicts idle and loaded:', d['sameVerdicts'])"
 
 sandbox-up: setup
 	$(BIN)/gpuconf sandbox up
