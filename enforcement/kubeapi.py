@@ -32,6 +32,12 @@ One difference, on purpose: a body goes out as the caller wrote it. ``CoreV1Api`
 a dict into its model and serialises that back, which drops fields its model lacks and rewrites
 ``...Z`` timestamps as ``...+00:00`` (the API server reads both the same).
 
+Each call is one row of a table (``CoreApi``'s attributes: method, path, positional and keyword
+arguments) sent by one function, ``CoreApi._send``: the calls differ only in those, so writing each
+out by hand gave twenty-five copies of one body to keep alike. A row's function has the signature
+``CoreV1Api``'s method has for those arguments (``inspect.signature`` shows it, and a wrong or missing
+argument raises ``TypeError`` as a hand-written method would); mypy sees ``Callable[..., Reply]``.
+
 ``tests/unit/test_kubeapi.py`` holds it to all of that against ``CoreV1Api`` on a local HTTP
 server, and checks that the components' entry modules never import ``CoreV1Api``. The client is
 imported only when a request is made, as in ``enforcement.reflector``: the agent's modules
@@ -40,8 +46,9 @@ import without it.
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 Timeout = float | tuple[float, float] | None
@@ -54,6 +61,60 @@ STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 AUTH_SETTINGS: Final = ("BearerToken",)
 """What every ``CoreV1Api`` operation names: the configuration's ``authorization`` key."""
+QUERY: Final = (
+    "allow_watch_bookmarks",
+    "container",
+    "dry_run",
+    "field_selector",
+    "grace_period_seconds",
+    "label_selector",
+    "limit",
+    "resource_version",
+    "tail_lines",
+    "timeout_seconds",
+    "watch",
+)
+"""Every query parameter a call here takes, in the order ``CoreV1Api`` writes them (its wire name is
+the camel case: ``allowWatchBookmarks``)."""
+LIST: Final = (
+    "allow_watch_bookmarks",
+    "field_selector",
+    "label_selector",
+    "resource_version",
+    "timeout_seconds",
+    "watch",
+)
+"""A list or watch's keywords: a list method is a ``reflector.ListFn``."""
+
+_ARGUMENT = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def _request(
+    method: str, path: str, *positional: str, keywords: tuple[str, ...] = ()
+) -> Callable[..., Reply]:
+    """One call of ``CoreApi``: ``positional`` are the path's parameters and a required ``body``, in
+    ``CoreV1Api``'s order; ``keywords`` its query parameters (and an optional ``body``), all optional."""
+    signature = inspect.Signature(
+        [
+            inspect.Parameter("self", _ARGUMENT),
+            *(inspect.Parameter(name, _ARGUMENT) for name in positional),
+            *(inspect.Parameter(name, _KEYWORD, default=None) for name in keywords),
+            inspect.Parameter("_preload_content", _KEYWORD, default=True, annotation=bool),
+            inspect.Parameter("_request_timeout", _KEYWORD, default=None, annotation=Timeout),
+        ],
+        return_annotation=Reply,
+    )
+
+    def call(*args: Any, **kwargs: Any) -> Reply:
+        bound = signature.bind(*args, **kwargs)  # TypeError on a wrong argument, as a def would
+        bound.apply_defaults()
+        given = dict(bound.arguments)
+        core: CoreApi = given.pop("self")
+        return core._send(method, path, given)
+
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    return call
 
 
 class CoreApi:
@@ -64,476 +125,109 @@ class CoreApi:
         self.api_client = api_client
 
     # ---- Pods
-
-    def read_namespaced_pod(
-        self, name: str, namespace: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/namespaces/{namespace}/pods/{name}",
-            {"namespace": namespace, "name": name},
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def list_pod_for_all_namespaces(
-        self,
-        *,
-        allow_watch_bookmarks: bool | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        watch: bool | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/pods",
-            query=_list_query(
-                allow_watch_bookmarks,
-                field_selector,
-                label_selector,
-                resource_version,
-                timeout_seconds,
-                watch,
-            ),
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def list_namespaced_pod(
-        self,
-        namespace: str,
-        *,
-        allow_watch_bookmarks: bool | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        limit: int | None = None,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        watch: bool | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/namespaces/{namespace}/pods",
-            {"namespace": namespace},
-            query=_list_query(
-                allow_watch_bookmarks,
-                field_selector,
-                label_selector,
-                resource_version,
-                timeout_seconds,
-                watch,
-                limit,
-            ),
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def create_namespaced_pod(
-        self,
-        namespace: str,
-        body: Mapping[str, Any],
-        *,
-        dry_run: str | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "POST",
-            "/api/v1/namespaces/{namespace}/pods",
-            {"namespace": namespace},
-            query=[("dryRun", dry_run)],
-            body=body,
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def read_namespaced_pod_log(
-        self,
-        name: str,
-        namespace: str,
-        *,
-        container: str | None = None,
-        tail_lines: int | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        # The log is text, not JSON: ask for it raw (``_preload_content=False``), as the suite does.
-        return self._call(
-            "GET",
-            "/api/v1/namespaces/{namespace}/pods/{name}/log",
-            {"namespace": namespace, "name": name},
-            query=[("container", container), ("tailLines", tail_lines)],
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def delete_collection_namespaced_pod(
-        self,
-        namespace: str,
-        *,
-        grace_period_seconds: int | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "DELETE",
-            "/api/v1/namespaces/{namespace}/pods",
-            {"namespace": namespace},
-            query=[("gracePeriodSeconds", grace_period_seconds)],
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def patch_namespaced_pod(
-        self,
-        name: str,
-        namespace: str,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._patch(
-            "/api/v1/namespaces/{namespace}/pods/{name}",
-            {"namespace": namespace, "name": name},
-            body,
-            _preload_content,
-            _request_timeout,
-        )
-
-    def patch_namespaced_pod_status(
-        self,
-        name: str,
-        namespace: str,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._patch(
-            "/api/v1/namespaces/{namespace}/pods/{name}/status",
-            {"namespace": namespace, "name": name},
-            body,
-            _preload_content,
-            _request_timeout,
-        )
-
-    def delete_namespaced_pod(
-        self,
-        name: str,
-        namespace: str,
-        *,
-        grace_period_seconds: int | None = None,
-        body: Mapping[str, Any] | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "DELETE",
-            "/api/v1/namespaces/{namespace}/pods/{name}",
-            {"namespace": namespace, "name": name},
-            query=[("gracePeriodSeconds", grace_period_seconds)],
-            body=body,
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def create_namespaced_pod_binding(
-        self,
-        name: str,
-        namespace: str,
-        body: Mapping[str, Any],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "POST",
-            "/api/v1/namespaces/{namespace}/pods/{name}/binding",
-            {"namespace": namespace, "name": name},
-            body=body,
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def create_namespaced_pod_eviction(
-        self,
-        name: str,
-        namespace: str,
-        body: Mapping[str, Any],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "POST",
-            "/api/v1/namespaces/{namespace}/pods/{name}/eviction",
-            {"namespace": namespace, "name": name},
-            body=body,
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
+    read_namespaced_pod = _request("GET", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace")
+    list_pod_for_all_namespaces = _request("GET", "/api/v1/pods", keywords=LIST)
+    list_namespaced_pod = _request(
+        "GET", "/api/v1/namespaces/{namespace}/pods", "namespace", keywords=(*LIST, "limit")
+    )
+    create_namespaced_pod = _request(
+        "POST", "/api/v1/namespaces/{namespace}/pods", "namespace", "body", keywords=("dry_run",)
+    )
+    # The log is text, not JSON: the suite asks for it raw (``_preload_content=False``).
+    read_namespaced_pod_log = _request(
+        "GET",
+        "/api/v1/namespaces/{namespace}/pods/{name}/log",
+        "name",
+        "namespace",
+        keywords=("container", "tail_lines"),
+    )
+    delete_collection_namespaced_pod = _request(
+        "DELETE", "/api/v1/namespaces/{namespace}/pods", "namespace", keywords=("grace_period_seconds",)
+    )
+    patch_namespaced_pod = _request(
+        "PATCH", "/api/v1/namespaces/{namespace}/pods/{name}", "name", "namespace", "body"
+    )
+    patch_namespaced_pod_status = _request(
+        "PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status", "name", "namespace", "body"
+    )
+    delete_namespaced_pod = _request(
+        "DELETE",
+        "/api/v1/namespaces/{namespace}/pods/{name}",
+        "name",
+        "namespace",
+        keywords=("grace_period_seconds", "body"),
+    )
+    create_namespaced_pod_binding = _request(
+        "POST", "/api/v1/namespaces/{namespace}/pods/{name}/binding", "name", "namespace", "body"
+    )
+    create_namespaced_pod_eviction = _request(
+        "POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction", "name", "namespace", "body"
+    )
 
     # ---- Nodes
-
-    def read_node(
-        self, name: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "GET", "/api/v1/nodes/{name}", {"name": name}, preload=_preload_content, timeout=_request_timeout
-        )
-
-    def list_node(
-        self,
-        *,
-        allow_watch_bookmarks: bool | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        watch: bool | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/nodes",
-            query=_list_query(
-                allow_watch_bookmarks,
-                field_selector,
-                label_selector,
-                resource_version,
-                timeout_seconds,
-                watch,
-            ),
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def create_node(
-        self, body: Mapping[str, Any], *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "POST", "/api/v1/nodes", body=body, preload=_preload_content, timeout=_request_timeout
-        )
-
-    def patch_node(
-        self,
-        name: str,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._patch("/api/v1/nodes/{name}", {"name": name}, body, _preload_content, _request_timeout)
-
-    def delete_node(
-        self, name: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "DELETE",
-            "/api/v1/nodes/{name}",
-            {"name": name},
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def patch_node_status(
-        self,
-        name: str,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._patch(
-            "/api/v1/nodes/{name}/status", {"name": name}, body, _preload_content, _request_timeout
-        )
+    read_node = _request("GET", "/api/v1/nodes/{name}", "name")
+    list_node = _request("GET", "/api/v1/nodes", keywords=LIST)
+    create_node = _request("POST", "/api/v1/nodes", "body")
+    patch_node = _request("PATCH", "/api/v1/nodes/{name}", "name", "body")
+    delete_node = _request("DELETE", "/api/v1/nodes/{name}", "name")
+    patch_node_status = _request("PATCH", "/api/v1/nodes/{name}/status", "name", "body")
 
     # ---- Events and Namespaces
-
-    def create_namespaced_event(
-        self,
-        namespace: str,
-        body: Mapping[str, Any],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "POST",
-            "/api/v1/namespaces/{namespace}/events",
-            {"namespace": namespace},
-            body=body,
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def patch_namespaced_event(
-        self,
-        name: str,
-        namespace: str,
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._patch(
-            "/api/v1/namespaces/{namespace}/events/{name}",
-            {"namespace": namespace, "name": name},
-            body,
-            _preload_content,
-            _request_timeout,
-        )
-
-    def create_namespace(
-        self, body: Mapping[str, Any], *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "POST", "/api/v1/namespaces", body=body, preload=_preload_content, timeout=_request_timeout
-        )
-
-    def list_namespaced_event(
-        self,
-        namespace: str,
-        *,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/namespaces/{namespace}/events",
-            {"namespace": namespace},
-            query=_list_query(None, field_selector, label_selector, None, None, None),
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def read_namespace(
-        self, name: str, *, _preload_content: bool = True, _request_timeout: Timeout = None
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/namespaces/{name}",
-            {"name": name},
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def list_namespace(
-        self,
-        *,
-        label_selector: str | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "GET",
-            "/api/v1/namespaces",
-            query=_list_query(None, None, label_selector, None, None, None),
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
-
-    def delete_namespace(
-        self,
-        name: str,
-        *,
-        grace_period_seconds: int | None = None,
-        _preload_content: bool = True,
-        _request_timeout: Timeout = None,
-    ) -> Reply:
-        return self._call(
-            "DELETE",
-            "/api/v1/namespaces/{name}",
-            {"name": name},
-            query=[("gracePeriodSeconds", grace_period_seconds)],
-            preload=_preload_content,
-            timeout=_request_timeout,
-        )
+    create_namespaced_event = _request("POST", "/api/v1/namespaces/{namespace}/events", "namespace", "body")
+    patch_namespaced_event = _request(
+        "PATCH", "/api/v1/namespaces/{namespace}/events/{name}", "name", "namespace", "body"
+    )
+    list_namespaced_event = _request(
+        "GET",
+        "/api/v1/namespaces/{namespace}/events",
+        "namespace",
+        keywords=("field_selector", "label_selector"),
+    )
+    create_namespace = _request("POST", "/api/v1/namespaces", "body")
+    read_namespace = _request("GET", "/api/v1/namespaces/{name}", "name")
+    list_namespace = _request("GET", "/api/v1/namespaces", keywords=("label_selector",))
+    delete_namespace = _request(
+        "DELETE", "/api/v1/namespaces/{name}", "name", keywords=("grace_period_seconds",)
+    )
 
     # ---- the one way a request is sent
 
-    def _patch(
-        self,
-        path: str,
-        params: Mapping[str, str],
-        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        preload: bool,
-        timeout: Timeout,
-    ) -> Reply:
-        # A list is a JSON patch (operations); an object a strategic merge patch, as CoreV1Api's
-        # REST layer relabels it (conditions merge by their type, annotations by key).
-        kind = JSON_PATCH if isinstance(body, list | tuple) else STRATEGIC_MERGE_PATCH
-        return self._call(
-            "PATCH", path, params, body=body, content_type=kind, preload=preload, timeout=timeout
-        )
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        *,
-        query: Sequence[tuple[str, Any]] = (),
-        body: Any = None,
-        content_type: str | None = None,
-        preload: bool,
-        timeout: Timeout,
-    ) -> Reply:
+    def _send(self, method: str, path: str, given: Mapping[str, Any]) -> Reply:
         from kubernetes.client.exceptions import ApiException  # see the module docstring: not at import
 
+        body = given.get("body")
         headers = {"Accept": ACCEPT}
-        if content_type is not None:
-            headers["Content-Type"] = content_type
+        if method == "PATCH":
+            # A list is a JSON patch (operations); an object a strategic merge patch, as CoreV1Api's
+            # REST layer relabels it (conditions merge by their type, annotations by key). Creates
+            # and deletes carry no Content-Type, as CoreV1Api's do.
+            headers["Content-Type"] = JSON_PATCH if isinstance(body, list | tuple) else STRATEGIC_MERGE_PATCH
+        params = {name: given[name] for name in ("namespace", "name") if "{" + name + "}" in path}
+        query = [(_camel(name), given[name]) for name in QUERY if given.get(name) is not None]
         # param_serialize adds what CoreV1Api's requests carry besides: the default headers
         # (User-Agent), the bearer token (refreshed where the kubeconfig says so), the host.
         request = self.api_client.param_serialize(
             method=method,
             resource_path=path,
-            path_params=dict(params) if params else None,
-            query_params=[(key, value) for key, value in query if value is not None],
+            path_params=params or None,
+            query_params=query,
             header_params=headers,
             body=body,
             auth_settings=list(AUTH_SETTINGS),
         )
-        response = self.api_client.call_api(*request, _request_timeout=timeout)
+        response = self.api_client.call_api(*request, _request_timeout=given["_request_timeout"])
         if not 200 <= response.status <= 299:
             response.read()  # the body goes in the exception, as CoreV1Api's has it
             raise ApiException.from_response(http_resp=response, body=None, data=None)
-        if not preload:
+        if not given["_preload_content"]:
             return response.response
         data = response.read()
         return json.loads(data) if data else None
 
 
-def _list_query(
-    allow_watch_bookmarks: bool | None,
-    field_selector: str | None,
-    label_selector: str | None,
-    resource_version: str | None,
-    timeout_seconds: int | None,
-    watch: bool | None,
-    limit: int | None = None,
-) -> list[tuple[str, Any]]:
-    """A list or watch's query, in the order CoreV1Api writes it."""
-    return [
-        ("allowWatchBookmarks", allow_watch_bookmarks),
-        ("fieldSelector", field_selector),
-        ("labelSelector", label_selector),
-        ("limit", limit),
-        ("resourceVersion", resource_version),
-        ("timeoutSeconds", timeout_seconds),
-        ("watch", watch),
-    ]
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
 
 
 __all__ = ["CoreApi", "Reply", "Timeout"]
