@@ -126,6 +126,11 @@ def test_the_fault_table_is_the_one_in_the_issue() -> None:
         "place-on-retry",
         "own-namespace-only",
         "trust-fitting-pod-devices",
+        "refuse-only-not-ready-false",
+        "trust-compatible-pod-devices",
+        "limit-to-unguaranteed",
+        "mode-check-last-device",
+        "devices-as-indices",
     }
     assert all(f.breaks and f.name == name for name, f in FAULTS.items())
 

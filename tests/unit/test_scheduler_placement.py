@@ -739,3 +739,87 @@ def test_whatever_is_placed_the_cluster_stays_within_the_contract(
             placed = cluster.bind(pod(asked, name=f"p{i}"), result)
             assert audit_pod(placed, cluster.node_objects[result.node]) == []
     assert audit_gpus(cluster.bound, cluster.node_objects.values()) == []
+
+
+def _with_condition(made: dict[str, Any], status: str | None) -> dict[str, Any]:
+    """``made`` with its fractioning readiness condition set to ``status`` (None: removed)."""
+    kept = [c for c in made["status"]["conditions"] if c["type"] != "gpu-fractioning.nvidia.com/Ready"]
+    if status is not None:
+        kept.append({"type": "gpu-fractioning.nvidia.com/Ready", "status": status})
+    made["status"]["conditions"] = kept
+    return made
+
+
+@pytest.mark.parametrize("status", ["False", "Unknown", None])
+def test_a_node_whose_fractioning_condition_is_not_true_takes_no_fraction(status: str | None) -> None:
+    cluster = Cluster(_with_condition(node("gpu-a-0"), status))
+    assert isinstance(cluster.decide(pod({"gpu-fraction": "0.5"})), Unschedulable)
+    placed = cluster.decide(pod({"gpu-fraction": "0.5"}), faults=["refuse-only-not-ready-false"])
+    assert isinstance(placed, Decision) is (status != "False")
+
+
+def test_fault_trust_compatible_pod_devices_keeps_them_only_where_memory_and_mode_fit() -> None:
+    cluster = two_nodes(pods=[held("gpu-a-1", 3, MIB), held("gpu-a-1", 2, 1000, "sm-sharing")])
+    # full; room but the other mode; room and the same mode; an index (of the first node that has it)
+    for own, kept in (
+        ("GPU-gpu-a-1-3", False),
+        ("GPU-gpu-a-1-2", False),
+        ("GPU-gpu-a-1-1", True),
+        ("2", True),
+    ):
+        asked = {"gpu-memory": "1000", nv("main", "gpus.devices"): own}
+        result = cluster.decide(pod(asked), faults=["trust-compatible-pod-devices"])
+        assert isinstance(result, Decision)
+        assert (result.annotations[nv("main", "gpus.devices")] == own) is kept, own
+
+
+def test_fault_limit_to_unguaranteed_cuts_the_limit_to_what_the_gpu_has_left() -> None:
+    busy = [held("gpu-a-0", i, MIB - 20000) for i in range(4)]
+    asked = {nv("main", "gpu-memory.request"): "10000Mi", nv("main", "gpu-memory.limit"): "60000Mi"}
+    right = Cluster(node("gpu-a-0"), pods=busy).decide(pod(asked))
+    wrong = Cluster(node("gpu-a-0"), pods=busy).decide(pod(asked), faults=["limit-to-unguaranteed"])
+    assert isinstance(right, Decision) and isinstance(wrong, Decision)
+    assert (right.limit_mib, wrong.limit_mib) == (60000, 20000)
+    assert wrong.annotations[nv("main", "gpu-memory.limit")] == "20000Mi"
+    idle = Cluster(node("gpu-a-0")).decide(pod(asked), faults=["limit-to-unguaranteed"])
+    assert isinstance(idle, Decision) and idle.limit_mib == 60000  # plenty left: the fault does not show
+
+
+def test_fault_mode_check_last_device_is_caught_by_a_pair_whose_compatible_gpu_is_either_end() -> None:
+    # Two GPUs with room: 0 runs time-slicing, 3 sm-sharing; 1 and 2 are full.
+    pods = [
+        held("gpu-a-0", 0, MIB // 2, "time-slicing"),
+        held("gpu-a-0", 1, MIB - 1000, "sm-sharing"),
+        held("gpu-a-0", 2, MIB - 1000, "sm-sharing"),
+        held("gpu-a-0", 3, MIB // 2, "sm-sharing"),
+    ]
+    for mode in (TIME_SLICING, SM_SHARING):
+        pair = pod({"gpu-memory": "10000", "gpu-fraction-num-devices": "2", **mode})
+        assert isinstance(Cluster(node("gpu-a-0"), pods=pods).decide(pair), Unschedulable)
+    caught = []
+    for policy in ("binpack", "spread"):
+        for mode in (TIME_SLICING, SM_SHARING):
+            pair = pod({"gpu-memory": "10000", "gpu-fraction-num-devices": "2", **mode})
+            cluster = Cluster(node("gpu-a-0"), pods=pods)
+            result = cluster.decide(pair, policy, faults=["mode-check-last-device"])
+            if isinstance(result, Decision):
+                cluster.bind(pair, result)
+                assert [v.rule for v in audit_gpus(cluster.bound, cluster.node_objects.values())] == [
+                    "mode-mixing"
+                ]
+                caught.append((policy, mode[nv("main", "gpu-compute.mode")]))
+    assert {p for p, _ in caught} == {"binpack", "spread"}  # one of the two pairs, whatever the order
+    single = Cluster(node("gpu-a-0"), pods=pods).place(
+        pod({"gpu-memory": "10000", **TIME_SLICING}), faults=["mode-check-last-device"]
+    )
+    assert gpus_of(single) == ("GPU-gpu-a-0-0",)
+
+
+def test_fault_devices_as_indices_writes_indices_of_the_same_gpus() -> None:
+    cluster = Cluster(node("gpu-a-0"), pods=[held("gpu-a-0", 0, 1000)])
+    asked = pod({"gpu-memory": "1000", "gpu-fraction-num-devices": "2"})
+    right = cluster.decide(asked)
+    wrong = cluster.decide(asked, faults=["devices-as-indices"])
+    assert isinstance(right, Decision) and isinstance(wrong, Decision)
+    assert right.devices == ("GPU-gpu-a-0-0", "GPU-gpu-a-0-1") and wrong.devices == ("0", "1")
+    assert wrong.annotations[nv("main", "gpus.devices")] == "0,1"
