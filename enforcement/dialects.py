@@ -27,6 +27,7 @@ from enforcement.contract import (
     GPU_FRACTION,
     GPU_FRACTION_LIMIT,
     GPU_MEMORY,
+    GPU_MEMORY_LIMIT,
     KAI_PREFIX,
     MODES,
     NVIDIA_PREFIX,
@@ -38,7 +39,7 @@ from enforcement.contract import (
     WHOLE_GPU_RESOURCE,
     Violation,
 )
-from enforcement.quantity import parse_quantity
+from enforcement.quantity import canonical_quantity, parse_quantity
 
 DIALECTS: Final = ("contract", "kai", "gpu-fractioning")
 KAI_SUFFIXES: Final = (SUFFIX_REQUEST, SUFFIX_LIMIT, SUFFIX_MODE, SUFFIX_DEVICES)
@@ -114,7 +115,8 @@ DIALECT_RULES: Final[dict[str, DialectRule]] = {
             "error",
             "A legacy value next to the key KAI copies it to MUST equal that key as a string after KAI "
             "canonicalises it (`gpu-memory: 4096` becomes `4Gi`, so a request of `4096Mi` is refused; "
-            "`gpu-fraction.limit: 0.8` beside a portion limit of `0.80` too).",
+            "`gpu-memory.limit: 4Gi` beside a limit of `4096Mi`, and `gpu-fraction.limit: 0.8` beside a "
+            "portion limit of `0.80`, too).",
             "KAI admission, mutating step (docs/contract.md §9.3)",
         ),
         DialectRule(
@@ -290,6 +292,24 @@ def kai_findings(pod: Mapping[str, Any]) -> list[Violation]:
                         f"gpu-memory {legacy!r} becomes {canonical!r}, which differs as a string from the "
                         f"request {request!r}",
                         f"write the request as {canonical!r}, or drop one of them",
+                    )
+                )
+        legacy_memory_limit = annotations.get(GPU_MEMORY_LIMIT)
+        if legacy_memory_limit and limit is not None:
+            try:
+                written = canonical_quantity(legacy_memory_limit)
+            except ValueError:
+                written = limit  # malformed: the contract's rules say so
+            if written != limit:
+                out.append(
+                    _v(
+                        pod,
+                        "kai-legacy-string-match",
+                        container,
+                        GPU_MEMORY_LIMIT,
+                        f"gpu-memory.limit {legacy_memory_limit!r} becomes {written!r}, which differs as a "
+                        f"string from the limit {limit!r}",
+                        f"write the limit as {written!r}, or drop one of them",
                     )
                 )
     for container in containers:

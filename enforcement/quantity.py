@@ -97,6 +97,42 @@ def parse_quantity(value: str) -> Fraction:
     return scaled
 
 
+_BINARY_BY_POWER: Final = {v // 10: k for k, v in _BINARY.items()}
+_DECIMAL_BY_POWER: Final = {v // 3: k for k, v in _DECIMAL.items()}
+
+
+def canonical_quantity(value: str) -> str:
+    """``value`` as Kubernetes writes the quantity back (``resource.Quantity``'s ``String()``), the form
+    a component that canonicalises compares as a string: ``4096Mi`` -> ``4Gi``, ``1.5Gi`` -> ``1536Mi``,
+    ``4000M`` -> ``4G``, ``512Ki`` -> ``512Ki``, ``1000e0`` -> ``1e3``. A binary suffix keeps the binary
+    form while the amount is a whole number of bytes; an exponent keeps the exponent form; every other
+    quantity takes the decimal form (the largest suffix of ``m k M G T P E`` that leaves a whole
+    number). Raises ``ContractError`` when it is no quantity.
+    """
+    amount = parse_quantity(value)
+    match = _QUANTITY.fullmatch(value)
+    suffix = (match.group("suffix") if match else "") or ""
+    sign = "-" if amount < 0 else ""
+    amount = abs(amount)
+    if amount == 0:
+        return "0"
+    if suffix in _BINARY and amount.denominator == 1:
+        whole, power = int(amount), 0
+        while power < max(_BINARY_BY_POWER) and whole % 1024 == 0:
+            whole, power = whole // 1024, power + 1
+        return f"{sign}{whole}{_BINARY_BY_POWER.get(power, '')}"
+    power = min(_DECIMAL_BY_POWER)
+    scaled = amount / Fraction(10) ** (3 * power)
+    if scaled.denominator != 1:
+        scaled = Fraction(math.ceil(scaled))  # below a thousandth: Kubernetes rounds up
+    whole = int(scaled)
+    while power < max(_DECIMAL_BY_POWER) and whole % 1000 == 0:
+        whole, power = whole // 1000, power + 1
+    if suffix[:1] in ("e", "E"):  # the exponent form stays one (1000 written 1e3 is 1e3)
+        return f"{sign}{whole}e{3 * power}" if power else f"{sign}{whole}"
+    return f"{sign}{whole}{_DECIMAL_BY_POWER[power]}"
+
+
 def parse_memory_mib(value: str) -> int:
     """A GPU memory amount in whole MiB, rounded **up**, as the real node agent reads it.
 

@@ -9,6 +9,7 @@ import pytest
 from conformance.lint import audit, render_checklist
 from enforcement.contract import audit_pod
 from enforcement.dialects import DIALECT_RULES, apply_dialect, canonical_mib
+from enforcement.quantity import canonical_quantity
 
 P = "nvidia.com/container."
 
@@ -92,6 +93,41 @@ def test_kai_compares_legacy_memory_as_canonical_strings() -> None:
     assert "kai-legacy-string-match" in rules(refused, "kai")
     accepted = pod({"gpu-memory": "4096", P + "main.gpu-memory.request": "4Gi"})
     assert "kai-legacy-string-match" not in rules(accepted, "kai")
+
+
+def test_kai_compares_legacy_memory_limit_as_canonical_strings() -> None:
+    legacy = {"gpu-memory": "2048", P + "main.gpu-memory.request": "2Gi"}
+    refused = pod({**legacy, "gpu-memory.limit": "4Gi", P + "main.gpu-memory.limit": "4096Mi"})
+    found = [
+        v for v in apply_dialect(refused, audit_pod(refused), "kai") if v.rule == "kai-legacy-string-match"
+    ]
+    assert [(v.key, v.severity) for v in found] == [("gpu-memory.limit", "error")]
+    assert "'4Gi'" in found[0].message and "'4096Mi'" in found[0].message and "'4Gi'" in found[0].fix
+    # KAI writes the legacy value back canonically: 4096Mi becomes 4Gi, which then equals the key.
+    canonical = pod({**legacy, "gpu-memory.limit": "4096Mi", P + "main.gpu-memory.limit": "4Gi"})
+    assert "kai-legacy-string-match" not in rules(canonical, "kai")
+    assert "kai-legacy-string-match" not in rules(pod({**legacy, "gpu-memory.limit": "4Gi"}), "kai")
+    assert "kai-legacy-string-match" not in rules(canonical, "contract")
+
+
+@pytest.mark.parametrize(
+    ("written", "canonical"),
+    [
+        ("4096Mi", "4Gi"),
+        ("1.5Gi", "1536Mi"),
+        ("2048Ki", "2Mi"),
+        ("512Ki", "512Ki"),
+        ("0.5Ki", "512"),
+        ("4000M", "4G"),
+        ("1500M", "1500M"),
+        ("1.5", "1500m"),
+        ("1000e0", "1e3"),
+        ("4294967296", "4294967296"),
+        ("0", "0"),
+    ],
+)
+def test_quantities_are_written_back_as_kubernetes_writes_them(written: str, canonical: str) -> None:
+    assert canonical_quantity(written) == canonical
 
 
 def test_kai_compares_legacy_portion_limit_as_strings() -> None:
