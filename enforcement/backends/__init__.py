@@ -30,7 +30,7 @@ Built so because:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -50,7 +50,9 @@ __all__ = [
     "GpuUsage",
     "Health",
     "ModeConflict",
+    "Share",
     "Usage",
+    "client_usage",
 ]
 
 MIB = 1 << 20
@@ -187,6 +189,51 @@ class Usage:
 
     def client(self, name: str) -> ClientUsage | None:
         return next((c for c in self.clients if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A client's share of one GPU as a backend measures it; ``client_usage`` names the GPU's index."""
+
+    uuid: str
+    ordinal: int
+    used_bytes: int
+    hard_limit_bytes: int
+    guarantee_bytes: int
+    sm_percent: float | None = None
+
+
+def client_usage(
+    gpus: Iterable[GpuUsage],
+    name: str,
+    mode: str,
+    labels: Mapping[str, str],
+    shares: Iterable[Share],
+    pids: Iterable[int] = (),
+    faulted: bool = False,
+) -> ClientUsage:
+    """One client's ``ClientUsage`` from what a backend measured, the same for every backend: each share
+    on the GPU of that UUID among ``gpus`` (index -1 for a GPU the node no longer lists)."""
+    index = {g.uuid: g.index for g in gpus}
+    return ClientUsage(
+        name=name,
+        mode=mode,
+        labels=dict(labels),
+        gpus=tuple(
+            ClientGpuUsage(
+                s.uuid,
+                index.get(s.uuid, -1),
+                s.ordinal,
+                s.used_bytes,
+                s.hard_limit_bytes,
+                s.guarantee_bytes,
+                s.sm_percent,
+            )
+            for s in shares
+        ),
+        pids=tuple(pids),
+        faulted=faulted,
+    )
 
 
 @dataclass(frozen=True)

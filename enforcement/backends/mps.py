@@ -50,16 +50,16 @@ from . import (
     AttachRefused,
     BackendUnavailable,
     Candidate,
-    ClientGpuUsage,
     ClientRequest,
-    ClientUsage,
     DeviceLimit,
     GpuInfo,
     GpuPressure,
     GpuUsage,
     Health,
     ModeConflict,
+    Share,
     Usage,
+    client_usage,
 )
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
@@ -552,7 +552,6 @@ class MpsBackend:
 
     def usage(self) -> Usage:
         gpus, clients, used, sm = self._measure()
-        index = {g.uuid: g.index for g in gpus}
         gpu_usage = []
         for g in gpus:
             total, in_use, free = self._nvml.memory(g.index)
@@ -560,28 +559,30 @@ class MpsBackend:
             guaranteed = sum(d.guarantee_mib * MIB for c in on_gpu for d in c.gpus if d.gpu == g.uuid)
             mode = on_gpu[0].mode if on_gpu else None
             gpu_usage.append(GpuUsage(g.index, g.uuid, total, in_use, free, guaranteed, mode))
-        client_usage = tuple(
-            ClientUsage(
-                name=c.name,
-                mode=c.mode,
-                labels=dict(c.labels),
-                gpus=tuple(
-                    ClientGpuUsage(
-                        d.gpu,
-                        index.get(d.gpu, -1),
-                        ordinal,
-                        used.get((c.name, d.gpu), 0),
-                        d.hard_limit_mib * MIB,
-                        d.guarantee_mib * MIB,
-                        sm.get((c.name, d.gpu)),
-                    )
-                    for ordinal, d in enumerate(c.gpus)
-                ),
-                pids=tuple(sorted(c.pids)),
-            )
-            for c in sorted(clients.values(), key=lambda c: c.name)
+        return Usage(
+            tuple(gpu_usage),
+            tuple(
+                client_usage(
+                    gpu_usage,
+                    c.name,
+                    c.mode,
+                    c.labels,
+                    (
+                        Share(
+                            d.gpu,
+                            ordinal,
+                            used.get((c.name, d.gpu), 0),
+                            d.hard_limit_mib * MIB,
+                            d.guarantee_mib * MIB,
+                            sm.get((c.name, d.gpu)),
+                        )
+                        for ordinal, d in enumerate(c.gpus)
+                    ),
+                    pids=sorted(c.pids),
+                )
+                for c in sorted(clients.values(), key=lambda c: c.name)
+            ),
         )
-        return Usage(tuple(gpu_usage), client_usage)
 
     def pressure(self) -> tuple[GpuPressure, ...]:
         gpus, clients, used, _sm = self._measure()

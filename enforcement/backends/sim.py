@@ -38,15 +38,15 @@ from . import (
     AttachRefused,
     BackendUnavailable,
     Candidate,
-    ClientGpuUsage,
     ClientRequest,
-    ClientUsage,
     GpuInfo,
     GpuPressure,
     GpuUsage,
     Health,
     ModeConflict,
+    Share,
     Usage,
+    client_usage,
 )
 
 T = TypeVar("T")
@@ -258,7 +258,6 @@ class SimBackend:
 
     def usage(self) -> Usage:
         snap = self._call("poll", lambda a: a.snapshot())
-        index = {g.uuid: g.index for g in snap.gpus}
         gpus = tuple(
             GpuUsage(
                 g.index, g.uuid, g.capacity_bytes, g.used_bytes, g.free_bytes, g.guaranteed_bytes, g.mode
@@ -266,22 +265,16 @@ class SimBackend:
             for g in snap.gpus
         )
         clients = tuple(
-            ClientUsage(
-                name=c.name,
-                mode=c.mode,
-                labels=dict(c.labels),
-                gpus=tuple(
-                    ClientGpuUsage(
-                        s.uuid,
-                        index.get(s.uuid, -1),
-                        s.ordinal,
-                        s.used_bytes,
-                        s.hard_limit_bytes,
-                        s.guarantee_bytes,
-                    )
+            client_usage(
+                gpus,
+                c.name,
+                c.mode,
+                c.labels,
+                (
+                    Share(s.uuid, s.ordinal, s.used_bytes, s.hard_limit_bytes, s.guarantee_bytes)
                     for s in c.gpus
                 ),
-                pids=tuple(c.pids),
+                pids=c.pids,
                 faulted=c.faulted,
             )
             for c in snap.clients
