@@ -11,8 +11,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from enforcement.contract import NODE_GPU_UUIDS
 from fixtures.sandbox.controlplane import Sandbox
-from fixtures.sandbox.nodes import ANNOTATION_GPU_UUIDS, CONDITION_FRACTIONING_READY
+from fixtures.sandbox.nodes import CONDITION_FRACTIONING_READY
 from fixtures.sandbox.topology import gpu_uuid
 from fixtures.suite import manifests
 from fixtures.suite.waiting import wait_until
@@ -55,10 +56,10 @@ def test_nodes_are_labelled_like_gpu_feature_discovery(sandbox: Sandbox) -> None
         assert conditions["Ready"] == "True"
         assert conditions[CONDITION_FRACTIONING_READY] == "True"
         assert not node.spec.taints, "a scheduler would see the node as not ready"
-        uuids = node.metadata.annotations[ANNOTATION_GPU_UUIDS].split(",")
+        uuids = node.metadata.annotations[NODE_GPU_UUIDS].split(",")
         assert uuids == [gpu_uuid(name, i) for i in range(4)]
-    assert not set(nodes["gpu-a-0"].metadata.annotations[ANNOTATION_GPU_UUIDS].split(",")) & set(
-        nodes["gpu-a-1"].metadata.annotations[ANNOTATION_GPU_UUIDS].split(",")
+    assert not set(nodes["gpu-a-0"].metadata.annotations[NODE_GPU_UUIDS].split(",")) & set(
+        nodes["gpu-a-1"].metadata.annotations[NODE_GPU_UUIDS].split(",")
     )
 
 

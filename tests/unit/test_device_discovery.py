@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from enforcement.contract import NODE_GPU_UUIDS
 from enforcement.discovery import CONTAINER, LABEL_DISCOVERY, discovered, discovery_pod, parse_gpu_list
 from enforcement.sim import SMI_BIN_DIR
 from enforcement.sim.fidelity import H200, IDEAL, fidelity
@@ -97,9 +98,9 @@ def test_h200_nodes_carry_only_what_a_real_gpu_node_does() -> None:
     assert not [k for k in carried if k.startswith("gpuconf.io/")]
     assert carried["nvidia.com/gpu.count"] == "2" and carried["nvidia.com/gpu.product"] == "NVIDIA-H200"
     # the keys of the other fidelity are named for removal, so a reused node loses them
-    assert real["annotations"][nodes.ANNOTATION_GPU_UUIDS] is None
+    assert real["annotations"][NODE_GPU_UUIDS] is None
     ideal = nodes.manifest(_spec())["metadata"]
-    assert ideal["annotations"][nodes.ANNOTATION_GPU_UUIDS].startswith("GPU-")
+    assert ideal["annotations"][NODE_GPU_UUIDS].startswith("GPU-")
     status = nodes.status(_spec())["status"]
     assert status["capacity"]["nvidia.com/gpu"] == "2"
 
