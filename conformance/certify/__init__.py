@@ -19,22 +19,18 @@ The modules are named for what they do, not after the functions re-exported here
 ``conformance.certify.bundle`` is always the function and never, depending on import order, a module.
 """
 
+# What importers (tests/unit/test_certify.py) use; the rest is imported from its module.
 from conformance.certify.attestation import PREDICATE_TYPE, STATEMENT_TYPE, attest, statement
 from conformance.certify.bundling import VENDOR_STEPS, BundleError, bundle, render_readme, sums_text
 from conformance.certify.layout import (
     FILES,
     JUNIT,
-    OPTIONAL_FILES,
-    PREDICATE,
     README,
     REPORT,
     REPRODUCE,
     RUN,
-    SIGNED,
     STATEMENT,
     SUMS,
-    find_submission,
-    submission_path,
 )
 from conformance.certify.verification import (
     REQUIREMENTS,
@@ -49,15 +45,12 @@ from conformance.certify.verification import (
 __all__ = [
     "FILES",
     "JUNIT",
-    "OPTIONAL_FILES",
-    "PREDICATE",
     "PREDICATE_TYPE",
     "README",
     "REPORT",
     "REPRODUCE",
     "REQUIREMENTS",
     "RUN",
-    "SIGNED",
     "STATEMENT",
     "STATEMENT_TYPE",
     "SUMS",
@@ -70,10 +63,8 @@ __all__ = [
     "accepted_minors",
     "attest",
     "bundle",
-    "find_submission",
     "render_readme",
     "statement",
-    "submission_path",
     "sums_text",
     "verify",
 ]
