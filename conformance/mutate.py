@@ -86,8 +86,17 @@ EXPECTED_SCHEDULER: Final[dict[str, tuple[str, ...]]] = {
     "own-namespace-only": ("memory-fit",),
     "place-on-retry": ("memory-fit",),
     "trust-fitting-pod-devices": ("devices-scheduler-owned",),
+    "refuse-only-not-ready-false": ("node-readiness",),
+    "trust-compatible-pod-devices": ("devices-scheduler-owned",),
+    "limit-to-unguaranteed": ("values-as-asked",),
+    "mode-check-last-device": ("mode-separation",),
+    "devices-as-indices": ("devices-form",),
 }
 """Per seeded scheduler fault, the check(s) a person would expect to catch it (each must fail)."""
+DECLARED_SCHEDULER: Final[dict[str, str]] = {"devices-as-indices": "gpuconf-reference"}
+"""Scheduler faults judged with a declared implementation (``--implementation``): a fault that breaks
+a mechanism is caught only where the description claims it (``devices-as-indices``: the reference
+scheduler's devicesForm uuid). The others are judged as any scheduler is, by the contract alone."""
 
 EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "no-hard-limit": ("hard-limit-oom",),
@@ -120,6 +129,10 @@ EXPECTED_AGENT: Final[dict[str, tuple[str, ...]]] = {
     "vague-refusal": ("fail-closed",),
     "ready-without-backend": ("agent-readiness",),
     "start-while-unfenced": ("agent-readiness",),
+    "evict-borrowers-late": ("burst-borrowing",),
+    "context-outside-limit": ("hard-limit-oom",),
+    "free-sub-page": ("hard-limit-oom",),
+    "cuda-enumerates-all": ("cuda-visibility",),
 }
 """Per seeded agent fault, the check(s) a person would expect to catch it (each must fail)."""
 REFERENCE: Final = "gpuconf-reference"
@@ -314,6 +327,11 @@ def run_mutation(
                         "--profile=scheduler",
                         "--skip-preflight",
                         *only,
+                        *(
+                            [f"--implementation={DECLARED_SCHEDULER[fault]}"]
+                            if fault in DECLARED_SCHEDULER
+                            else []
+                        ),
                         *extra,
                         *fault_only,
                     )

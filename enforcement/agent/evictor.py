@@ -14,6 +14,9 @@ and acts:
   it reads a borrower's growth into a full GPU as if it were a guaranteed claim.
 - ``victims_when_full`` is the seeded fault ``evict-when-full`` only (pure as well): it reads a
   nearly full GPU as pressure, though nobody within a guarantee lacks memory.
+- ``victims_over_long`` is the seeded fault ``evict-borrowers-late`` only (pure as well): a
+  borrower that has stayed above its request for ``LATE_EVICTION_S`` goes, pressure or not (a
+  reconcile loop that enforces the request as a limit, late).
 - ``Evictor`` polls every ``evict_interval_s`` (100 ms by default; the target is a reaction
   within 1 s), evicts the victim's Pod through the **Eviction API** (so the Pod is deleted with
   its disruption budget honoured, and the runtime stops it), then reclaims its memory in the
@@ -35,6 +38,7 @@ from typing import Any, Literal
 
 from enforcement.agent import kube as k
 from enforcement.agent.handler import AgentCore
+from enforcement.agent.options import LATE_EVICTION_S
 from enforcement.backends import MIB, BackendUnavailable, GpuPressure, Usage
 
 FULL_SHARE = 0.02
@@ -196,6 +200,28 @@ def victims_when_full(
     return chosen
 
 
+def victims_over_long(
+    pressures: Iterable[GpuPressure], over_since: dict[str, float], now: float, skip: Iterable[str] = ()
+) -> list[Victim]:
+    """The seeded fault ``evict-borrowers-late``, never the reference's behaviour: every borrower that
+    has stayed above its request for more than ``LATE_EVICTION_S`` (``over_since``: when each was
+    first seen above it; updated here, a client back within its request forgotten), pressure or not.
+    (A borrower keeps what it borrowed for as long as nobody within a guarantee needs it,
+    docs/contract.md §6.)"""
+    skipped = set(skip)
+    over = {c.client: (p, c) for p in pressures for c in p.candidates if c.overage_bytes > 0}
+    for client in [c for c in over_since if c not in over]:
+        del over_since[client]
+    chosen: list[Victim] = []
+    for client, (p, c) in sorted(over.items()):
+        since = over_since.setdefault(client, now)
+        if now - since > LATE_EVICTION_S and client not in skipped:
+            chosen.append(
+                Victim(client, p.uuid, "pressure", c.used_bytes, c.guarantee_bytes, c.hard_limit_bytes, ())
+            )
+    return chosen
+
+
 def _mib(n: int) -> str:
     return f"{n / MIB:.0f} MiB" if n % MIB == 0 or n >= 10 * MIB else f"{n} bytes"
 
@@ -208,6 +234,7 @@ class Evictor:
         self._retry_at: dict[str, float] = {}
         self._pressure_since: dict[str, float] = {}
         self._victim_since: dict[str, float] = {}
+        self._over_since: dict[str, float] = {}
         self._unknown_logged: set[str] = set()
 
     def run(self, stop: threading.Event) -> None:
@@ -242,6 +269,8 @@ class Evictor:
             without_pressure=core.options.has("evict-without-pressure"),
             every_borrower=core.options.has("evict-all-borrowers"),
         )
+        if core.options.has("evict-borrowers-late"):
+            victims += victims_over_long(pressures, self._over_since, now, skip | {v.client for v in victims})
         growth, full = core.options.has("evict-guaranteed-for-borrower"), core.options.has("evict-when-full")
         if growth or full:
             try:

@@ -44,7 +44,7 @@ from typing import Any
 from enforcement.agent import kube as k
 from enforcement.agent.environment import dialect_env, emulated_part, enforcement_env
 from enforcement.agent.metrics import Metrics
-from enforcement.agent.options import AgentOptions
+from enforcement.agent.options import DEVICE_FAULTS, AgentOptions
 from enforcement.agent.registry import (
     LABEL_AGENT,
     LABEL_PORTION,
@@ -259,6 +259,8 @@ class AgentCore:
             unprotected_memory=self.options.has("clobber-neighbour"),
             # Seeded fault: the container's NVML view counts its GPUs' whole usage.
             device_usage_view=self.options.has("smi-device-used"),
+            # Seeded faults the device commits (the limit's reach, its charge, CUDA's enumeration).
+            device_faults=tuple(f for f in DEVICE_FAULTS if self.options.has(f)),
         )
 
     def _attach(self, request: ClientRequest) -> Any:

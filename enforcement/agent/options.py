@@ -59,7 +59,22 @@ FAULTS: Final[dict[str, str]] = {
     "cannot fence, and says it can)",
     "start-while-unfenced": "while the GPU backend is unavailable, a fractional container is started anyway, "
     "with no enforcement (and no Event saying so)",
+    "evict-borrowers-late": "the evictor evicts any borrower that has stayed above its request for more than "
+    "20 s, pressure or not (a reconcile loop enforcing the request as a limit, late)",
+    "context-outside-limit": "a container's CUDA context is charged to the device and shown in its used "
+    "memory, but not counted against its hard limit: it holds its limit plus its context (the ideal "
+    "device, which has no context, is given one of 64 MiB for it)",
+    "free-sub-page": "an allocation smaller than a page (2 MiB) is granted but not charged against the limit "
+    "or the device",
+    "cuda-enumerates-all": "CUDA in a fractional container enumerates every GPU of the node (its own first, "
+    "the others whole), while its environment and nvidia-smi show only the assigned ones",
 }
+
+DEVICE_FAULTS: Final = ("context-outside-limit", "free-sub-page", "cuda-enumerates-all")
+"""The faults the agent has the device commit for its containers (``ClientRequest.device_faults``):
+where the device applies the rule they break (``enforcement.sim.model.DEVICE_FAULTS``)."""
+LATE_EVICTION_S: Final = 20.0
+"""The fault ``evict-borrowers-late`` evicts a borrower that has stayed above its request this long."""
 
 FAULT_ALIASES: Final[dict[str, str]] = {
     "no-borrowing": "limit-from-request",

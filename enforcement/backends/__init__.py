@@ -129,6 +129,10 @@ class ClientRequest:
     """Show the client's NVML readers (nvidia-smi) its GPUs' whole used memory, every client's, instead
     of its own. Only the seeded agent fault ``smi-device-used`` sets it; the simulated device honours
     it, the MPS backend ignores it (it configures no NVML view)."""
+    device_faults: tuple[str, ...] = ()
+    """Seeded agent faults the device itself commits for this client (``enforcement.sim.model``
+    ``DEVICE_FAULTS``: ``context-outside-limit``, ``free-sub-page``, ``cuda-enumerates-all``). Only
+    seeded faults set it; the simulated device honours it, the MPS backend ignores it."""
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,7 @@ class SimBackend:
             shared_fault_domain=request.shared_fault_domain,
             unprotected_memory=request.unprotected_memory,
             device_usage_view=request.device_usage_view,
+            device_faults=tuple(request.device_faults),
         )
 
         def attach(admin: _Admin) -> Any:

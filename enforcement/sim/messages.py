@@ -72,6 +72,9 @@ class ClientSpec:
     """Show this client's NVML readers (non-CUDA connections: nvidia-smi) the used memory of its GPUs as
     a whole, every client's, instead of its own (the seeded agent fault ``smi-device-used``): never
     the default."""
+    device_faults: tuple[str, ...] = ()
+    """Seeded agent faults the device commits for this client (``enforcement.sim.model.DEVICE_FAULTS``):
+    never set but by a broken agent."""
 
 
 @message("attach")

@@ -100,6 +100,24 @@ from .messages import (
     SnapshotReply,
 )
 
+CONTEXT_OUTSIDE_LIMIT = "context-outside-limit"
+"""A seeded agent fault the device commits: the CUDA context's memory is charged to the device and
+shown in the client's used memory, but not counted against its hard limit (so the client holds its
+limit plus its context). The ideal fidelity has no context; there the fault brings one of
+``OUTSIDE_CONTEXT_BYTES`` (a node whose runtime keeps per-process memory outside the limit)."""
+FREE_SUB_PAGE = "free-sub-page"
+"""A seeded agent fault the device commits: an allocation smaller than a page
+(``SUB_PAGE_BYTES``, the H200's 2 MiB, in either fidelity) is granted but not charged."""
+CUDA_ENUMERATES_ALL = "cuda-enumerates-all"
+"""A seeded agent fault the device commits: CUDA in the container enumerates every GPU of the node,
+its own first, the others whole (their memory as total); its memory view and ``nvidia-smi`` still
+show only its own."""
+DEVICE_FAULTS = (CONTEXT_OUTSIDE_LIMIT, FREE_SUB_PAGE, CUDA_ENUMERATES_ALL)
+OUTSIDE_CONTEXT_BYTES = 64 * MiB
+"""The context the fault ``context-outside-limit`` brings on the ideal device, which has none."""
+SUB_PAGE_BYTES = 2 * MiB
+"""What the fault ``free-sub-page`` takes as a page, in either fidelity."""
+
 # A kernel holds a server thread (and, in time-slicing, the GPU) for its duration; a typo of
 # seconds for milliseconds should not wedge a GPU for hours.
 MAX_KERNEL_SECONDS = 600.0
@@ -171,6 +189,8 @@ class _ClientGpu:
     hard: int
     guarantee: int
     used: int = 0
+    outside: int = 0
+    """Of ``used``, context memory not counted against ``hard`` (the fault ``context-outside-limit``)."""
 
     @property
     def overage(self) -> int:
@@ -200,6 +220,8 @@ class _Client:
     """Its overruns are fenced by reclaiming neighbours' pages (``ClientSpec.unprotected_memory``)."""
     device_usage_view: bool = False
     """Its NVML readers see its GPUs' whole usage (``ClientSpec.device_usage_view``)."""
+    device_faults: frozenset[str] = frozenset()
+    """Seeded faults the device commits for it (``DEVICE_FAULTS``; ``ClientSpec.device_faults``)."""
     fault: FaultReply | None = None
     gone: GoneReply | None = None
     # Set on fault or detach: wakes this client's running kernel so it fails at once.
@@ -286,6 +308,9 @@ class SimNode:
             )
         if not spec.gpus:
             raise _bad(f"client {spec.name}: no GPUs given")
+        unknown = sorted(set(spec.device_faults) - set(DEVICE_FAULTS))
+        if unknown:
+            raise _bad(f"client {spec.name}: unknown device fault(s) {', '.join(unknown)}")
         for g in spec.gpus:
             if g.guarantee_mib < 1 or g.hard_limit_mib < g.guarantee_mib:
                 raise _bad(
@@ -327,6 +352,7 @@ class SimNode:
                 shared_fault_domain=spec.shared_fault_domain,
                 unprotected_memory=spec.unprotected_memory,
                 device_usage_view=spec.device_usage_view,
+                device_faults=frozenset(spec.device_faults),
             )
             for ordinal, (g, gpu) in enumerate(zip(spec.gpus, resolved, strict=True)):
                 share = _ClientGpu(
@@ -361,7 +387,7 @@ class SimNode:
             released = sum(s.used for s in client.gpus)
             for share in client.gpus:
                 share.gpu.used -= share.used
-                share.used = 0
+                share.used = share.outside = 0
                 del share.gpu.clients[name]
                 share.gpu.waiters.pop(name, None)
             for ctx in client.contexts:
@@ -389,7 +415,7 @@ class SimNode:
         for share in client.gpus:
             released += share.used
             share.gpu.used -= share.used
-            share.used = 0
+            share.used = share.outside = 0
             share.gpu.waiters.pop(name, None)
         for ctx in client.contexts:
             ctx._allocations.clear()
@@ -503,40 +529,65 @@ class SimNode:
             client = self._find_token(token)
             ctx = Context(client, pid, cuda)
             client.contexts.add(ctx)
-            reserve = self.fidelity.context_bytes if cuda else 0
+            reserve = self._context_size(client) if cuda else 0
+            outside = CONTEXT_OUTSIDE_LIMIT in client.device_faults
             for share in client.gpus:
                 ctx._reserved[share.ordinal] = 0 if reserve else -1
-                if reserve and share.used + reserve <= share.hard and reserve <= share.gpu.free:
+                fits = outside or share.used + reserve <= share.hard
+                if reserve and fits and reserve <= share.gpu.free:
                     self._charge_context(ctx, share)
+            devices = [
+                VisibleDevice(
+                    ordinal=s.ordinal,
+                    uuid=s.gpu.spec.uuid,
+                    name=s.gpu.spec.product,
+                    total_bytes=s.hard,
+                    guarantee_bytes=s.guarantee,
+                )
+                for s in client.gpus
+            ]
+            if CUDA_ENUMERATES_ALL in client.device_faults:
+                # Seeded fault: CUDA enumerates the node's other GPUs too, whole, after its own.
+                own = {id(s.gpu) for s in client.gpus}
+                devices += [
+                    VisibleDevice(
+                        ordinal=len(devices) + i,
+                        uuid=g.spec.uuid,
+                        name=g.spec.product,
+                        total_bytes=g.capacity,
+                        guarantee_bytes=0,
+                    )
+                    for i, g in enumerate(g for g in self._gpus if id(g) not in own)
+                ]
             hello = HelloReply(
                 client=client.name,
                 node=self.node,
                 mode=client.mode,
-                devices=tuple(
-                    VisibleDevice(
-                        ordinal=s.ordinal,
-                        uuid=s.gpu.spec.uuid,
-                        name=s.gpu.spec.product,
-                        total_bytes=s.hard,
-                        guarantee_bytes=s.guarantee,
-                    )
-                    for s in client.gpus
-                ),
+                devices=tuple(devices),
                 fidelity=self.fidelity.name,
                 context_bytes=self.fidelity.context_bytes,
                 granularity_bytes=self.fidelity.granularity_bytes,
             )
             return ctx, hello
 
+    def _context_size(self, client: _Client) -> int:
+        """A CUDA context's memory on each device (h200; on the ideal device none, but where the
+        seeded fault ``context-outside-limit`` brings one)."""
+        if CONTEXT_OUTSIDE_LIMIT in client.device_faults:
+            return self.fidelity.context_bytes or OUTSIDE_CONTEXT_BYTES
+        return self.fidelity.context_bytes
+
     def _charge_context(self, ctx: Context, share: _ClientGpu) -> None:
-        reserve = self.fidelity.context_bytes
+        reserve = self._context_size(share.client)
         ctx._reserved[share.ordinal] = reserve
         share.used += reserve
         share.gpu.used += reserve
+        if CONTEXT_OUTSIDE_LIMIT in share.client.device_faults:
+            share.outside += reserve  # seeded fault: charged, but not against the limit
 
     def _context_owed(self, ctx: Context, share: _ClientGpu) -> int:
         """Context memory this connection still owes on the share's device (h200), else 0."""
-        return self.fidelity.context_bytes if ctx._reserved.get(share.ordinal) == 0 else 0
+        return self._context_size(share.client) if ctx._reserved.get(share.ordinal) == 0 else 0
 
     def _find_token(self, token: str) -> _Client:
         # Compare in constant time against each known token: a lookup by dict key would leak, through
@@ -563,10 +614,13 @@ class SimNode:
                 released += alloc.nbytes
             ctx._allocations.clear()
             if ctx._client.gone is None:
+                outside = CONTEXT_OUTSIDE_LIMIT in ctx._client.device_faults
                 for share in ctx._client.gpus:
                     reserved = max(0, ctx._reserved.get(share.ordinal, 0))
                     share.used -= reserved
                     share.gpu.used -= reserved
+                    if outside:
+                        share.outside = max(0, share.outside - reserved)
                     released += reserved
             ctx._reserved.clear()
             return released
@@ -600,7 +654,13 @@ class SimNode:
             # h200: whole pages, and the context's memory if this connection has not paid it yet.
             owed = self._context_owed(ctx, share)
             nbytes = self.fidelity.charge(asked) + owed
-            if share.used + nbytes > share.hard:
+            counted = nbytes
+            if client.device_faults:
+                if FREE_SUB_PAGE in client.device_faults and asked < SUB_PAGE_BYTES:
+                    nbytes = counted = owed  # seeded fault: granted, not charged
+                if CONTEXT_OUTSIDE_LIMIT in client.device_faults:
+                    counted = nbytes - owed  # seeded fault: the context is not the limit's business
+            if share.used - share.outside + counted > share.hard:
                 if client.unprotected_memory:
                     self._clobber_neighbours(share, nbytes)
                 raise self._oom(
