@@ -61,6 +61,7 @@ from .plan import (
     AllocUntilOomStep,
     CalibrateStep,
     ComputeStep,
+    CudaDevicesStep,
     EnvStep,
     FaultStep,
     FreeStep,
@@ -177,6 +178,7 @@ class Runner:
             HoldStep: self._hold,
             HeartbeatStep: self._heartbeat,
             MemInfoStep: self._meminfo,
+            CudaDevicesStep: self._cuda_devices,
             SmiStep: self._smi,
             ComputeStep: self._compute,
             CalibrateStep: self._calibrate,
@@ -471,6 +473,14 @@ class Runner:
         details.update(bytes=done, pieces=pieces, held=self.held_bytes(step.device))
         return "ok", details
 
+    def _device_total(self, device: int) -> int | None:
+        """What the device reports as this container's total memory on ``device`` (None: unknown)."""
+        try:
+            listed = [d for d in self.backend.devices() if d.ordinal == device]
+        except BackendError:
+            return None
+        return listed[0].total_bytes if listed and listed[0].total_bytes > 0 else None
+
     def _alloc_until_oom(self, step: AllocUntilOomStep) -> tuple[str, dict[str, Any]]:
         gran = step.granularity
         chunk = gran
@@ -478,12 +488,16 @@ class Runner:
         growing = True
         last: BackendError | None = None
         stopped_by = "oom"
+        # Without a limit of its own, the search holds at most one granule more than the device's
+        # total: past that, allocations cannot be charged, and the search would never meet an OOM.
+        device_total = self._device_total(step.device) if step.limit is None else None
+        ceiling = step.limit if device_total is None else device_total + gran
         while True:
-            if step.limit is not None and total + chunk > step.limit:
-                chunk = (step.limit - total) // gran * gran
+            if ceiling is not None and total + chunk > ceiling:
+                chunk = (ceiling - total) // gran * gran
                 growing = False
                 if chunk < gran:
-                    stopped_by = "limit"
+                    stopped_by = "limit" if device_total is None or total <= device_total else "above-total"
                     break
             try:
                 handle = self.backend.alloc(step.device, chunk)
@@ -510,6 +524,12 @@ class Runner:
             "failures": failures,
             "stopped_by": stopped_by,
         }
+        if stopped_by == "above-total":
+            details["device_total"] = device_total
+            self.say(
+                f"alloc-until-oom: holds {_mib(total)}, more than the {_mib(device_total or 0)} the device "
+                "reports as its total, without an out-of-memory: stopped"
+            )
         if isinstance(last, OutOfMemory) and stopped_by == "oom":
             details["oom"] = self._oom_record(last, step.device)
             details["oom"]["requested"] = gran
@@ -692,6 +712,13 @@ class Runner:
                 f"device {d['i']}: total {_mib(d['total'])}, used {_mib(d['used'])}, free {_mib(d['free'])}"
             )
         return "ok", {"devices": devices, "held": self.held_bytes()}
+
+    def _cuda_devices(self, step: CudaDevicesStep) -> tuple[str, dict[str, Any]]:
+        listed = self.backend.devices()
+        for d in listed:
+            self.say(f"CUDA device {d.ordinal}: {d.name} {d.uuid} {_mib(d.total_bytes)}")
+        devices = [{"i": d.ordinal, "uuid": d.uuid, "name": d.name, "total": d.total_bytes} for d in listed]
+        return "ok", {"count": len(devices), "devices": devices}
 
     def _smi(self, step: SmiStep) -> tuple[str, dict[str, Any]]:
         path = shutil.which(SMI_COMMAND[0], path=self._environ.get("PATH"))

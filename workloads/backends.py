@@ -242,6 +242,19 @@ class SimBackend:
 
 # ---- CuPy on a real GPU
 
+
+def gpu_uuid(raw: Any) -> str:
+    """A device UUID as CUDA's properties give it (16 raw bytes, or a string) in the form nvidia-smi
+    and the device plugin name it: ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``."""
+    if isinstance(raw, bytes | bytearray):
+        if len(raw) != 16:
+            return raw.hex()
+        h = bytes(raw).hex()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    text = str(raw)
+    return text if text.startswith(("GPU-", "MIG-")) or not text else f"GPU-{text}"
+
+
 # CUDA runtime error codes that leave the context unusable (cudaErrorHardwareStackError 714 ..
 # cudaErrorLaunchFailure 719, cudaErrorIllegalAddress 700, cudaErrorAssert 710) and the MPS ones a
 # client sees when its shared server died with a neighbour's fault (805..812).
@@ -290,7 +303,7 @@ class CupyBackend:
             out.append(
                 DeviceInfo(
                     ordinal=d,
-                    uuid=uuid.hex() if isinstance(uuid, bytes) else str(uuid),
+                    uuid=gpu_uuid(uuid),
                     name=name.decode(errors="replace") if isinstance(name, bytes) else str(name),
                     total_bytes=int(props.get("totalGlobalMem", 0)),
                 )

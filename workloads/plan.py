@@ -9,7 +9,8 @@ workload exits with its plan-error code instead of running half a plan.
 Sizes are byte counts or Kubernetes-style quantities (``"512Mi"``, ``"1Gi"``, ``"1G"``).
 
 Ops (see ``STEP_TYPES``): ``alloc``, ``alloc-until-oom``, ``touch``, ``verify``, ``hold``, ``free``,
-``meminfo``, ``smi``, ``compute``, ``calibrate``, ``fault``, ``heartbeat``, ``ready``, ``env``.
+``meminfo``, ``cuda-devices``, ``smi``, ``compute``, ``calibrate``, ``fault``, ``heartbeat``, ``ready``,
+``env``.
 Every step takes ``expect``: ``ok`` (the default) or ``any`` (record a failure and go on);
 ``alloc`` also takes ``oom`` and ``pressure``.
 """
@@ -196,7 +197,10 @@ class AllocUntilOomStep:
 
     Grows the piece size by doubling from ``granularity`` until an allocation fails, then halves it
     down to ``granularity``, never growing again: at most about 2·log2(max/granularity) calls (80 GiB
-    at 1 MiB: 35), where one granule at a time would take 81,920. ``limit`` caps the total tried.
+    at 1 MiB: 35), where one granule at a time would take 81,920. ``limit`` caps the total tried;
+    without it the search stops once it holds more than the device reports as its total memory
+    (``stopped_by: above-total``): no allocation past that can be charged, so a node that grants
+    them for nothing (sub-page allocations free) cannot keep the search going for ever.
     """
 
     OP: ClassVar[str] = "alloc-until-oom"
@@ -297,6 +301,19 @@ class MemInfoStep:
 
     @classmethod
     def parse(cls, f: _Fields) -> MemInfoStep:
+        return cls(expect=f.expect())
+
+
+@dataclass(frozen=True)
+class CudaDevicesStep:
+    """Record the devices CUDA enumerates (``cudaGetDeviceCount``, each one's properties): their
+    count, and each one's UUID, name and total memory (``totalGlobalMem``)."""
+
+    OP: ClassVar[str] = "cuda-devices"
+    expect: str = "ok"
+
+    @classmethod
+    def parse(cls, f: _Fields) -> CudaDevicesStep:
         return cls(expect=f.expect())
 
 
@@ -462,6 +479,7 @@ Step = (
     | HoldStep
     | HeartbeatStep
     | MemInfoStep
+    | CudaDevicesStep
     | SmiStep
     | ComputeStep
     | CalibrateStep
@@ -477,6 +495,7 @@ STEP_TYPES: tuple[type[Step], ...] = (
     HoldStep,
     FreeStep,
     MemInfoStep,
+    CudaDevicesStep,
     SmiStep,
     ComputeStep,
     CalibrateStep,

@@ -8,6 +8,7 @@ from workloads.plan import (
     AllocStep,
     AllocUntilOomStep,
     ComputeStep,
+    CudaDevicesStep,
     FreeStep,
     HeartbeatStep,
     HoldStep,
@@ -68,13 +69,15 @@ def test_defaults_and_every_op_parse() -> None:
             {"op": "hold", "seconds": 1.5, "until_file": "/tmp/go", "until_signal": "SIGUSR1"},
             {"op": "heartbeat", "interval": 0.1, "count": 3},
             {"op": "meminfo"},
+            {"op": "cuda-devices"},
             {"op": "smi", "expect": "any"},
             {"op": "compute", "seconds": 2, "kernel_ms": 10},
             {"op": "free", "label": "a"},
             {"op": "fault", "device": 0},
         ]
     )
-    alloc, until_oom, _touch, hold, beat, _mem, smi, compute, _free, _fault = plan.steps
+    alloc, until_oom, _touch, hold, beat, _mem, cuda, smi, compute, _free, _fault = plan.steps
+    assert cuda == CudaDevicesStep()
     assert alloc == AllocStep(nbytes=100, chunk=100, label="a", expect="oom", retry_on_pressure_s=5.0)
     assert until_oom == AllocUntilOomStep(granularity=2 * MiB, device=1, limit=1 << 30)
     assert hold == HoldStep(until=Until(seconds=1.5, file="/tmp/go", signal="SIGUSR1"))

@@ -641,3 +641,50 @@ def test_a_device_free_plan_runs_where_there_is_no_gpu(tmp_path: Any, capsys: An
     result = json.loads(out.read_text())
     assert code == 0 and result["backend"] == "none" and result["steps"][0]["env"] == {"SIDE": "x"}
     assert main(["--plan", '{"steps": [{"op": "meminfo"}]}', "--termination-path", str(out)], environ={}) == 3
+
+
+class FreeSubPage(FakeBackend):
+    """A device that grants allocations under 2 MiB without charging them (the seeded agent fault
+    ``free-sub-page``): a search ending at 1 MiB pieces would never meet an out-of-memory."""
+
+    def alloc(self, device: int, nbytes: int) -> int:
+        if nbytes < 2 * MiB:
+            self.calls["alloc"] += 1
+            handle = len(self.handles) + 1
+            self.handles[handle] = (device, 0)
+            return handle
+        return super().alloc(device, nbytes)
+
+
+def test_alloc_until_oom_stops_once_it_holds_more_than_the_device_reports_as_its_total() -> None:
+    backend = FreeSubPage(100 * MiB)
+    code, result = run([{"op": "alloc-until-oom", "granularity": "1Mi"}], backend)
+    step = result["steps"][0]
+    assert code == ExitCode.OK and step["stopped_by"] == "above-total"
+    assert step["max_bytes"] == 101 * MiB and step["device_total"] == 100 * MiB
+    assert backend.calls["alloc"] < 200  # it ends, and soon
+
+
+def test_alloc_until_oom_with_a_limit_of_its_own_keeps_to_it_even_past_the_device_total() -> None:
+    code, result = run(
+        [{"op": "alloc-until-oom", "granularity": "1Mi", "limit": "150Mi"}], FreeSubPage(100 * MiB)
+    )
+    assert result["steps"][0]["stopped_by"] == "limit" and result["steps"][0]["max_bytes"] == 150 * MiB
+
+
+def test_cuda_devices_records_the_count_and_each_device_cuda_enumerates() -> None:
+    code, result = run([{"op": "cuda-devices"}], FakeBackend(GiB, 2 * GiB))
+    step = result["steps"][0]
+    assert code == ExitCode.OK and step["count"] == 2
+    assert [(d["i"], d["uuid"], d["total"]) for d in step["devices"]] == [
+        (0, "GPU-fake-0", GiB),
+        (1, "GPU-fake-1", 2 * GiB),
+    ]
+
+
+def test_a_cuda_uuid_is_written_as_nvidia_smi_writes_it() -> None:
+    from workloads.backends import gpu_uuid
+
+    raw = bytes(range(16))
+    assert gpu_uuid(raw) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert gpu_uuid("GPU-abc") == "GPU-abc" and gpu_uuid("abc") == "GPU-abc" and gpu_uuid(b"\x01") == "01"
