@@ -148,6 +148,77 @@ def judge_boundary(
     return BoundaryVerdict(found_mib, limit_mib, tol, fidelity, problem, bound)
 
 
+@dataclass(frozen=True)
+class ChargeVerdict:
+    """What the device counted as a container's memory on one GPU once its search stopped, against
+    its limit (``judge_charged``)."""
+
+    used_mib: int | None
+    total_mib: int | None
+    limit_mib: int
+    found_mib: int
+    problem: str = ""
+    not_judged: str = ""
+
+    def as_fact(self) -> dict[str, Any]:
+        return {
+            "deviceUsedMiB": self.used_mib,
+            "deviceTotalMiB": self.total_mib,
+            "limitMiB": self.limit_mib,
+            "allocatedMiB": self.found_mib,
+            "outsideLimitMiB": None if self.used_mib is None else max(0, self.used_mib - self.limit_mib),
+            "notJudged": self.not_judged or None,
+        }
+
+
+def judge_charged(who: str, shown: Mapping[str, Any] | None, limit_mib: int, found_mib: int) -> ChargeVerdict:
+    """The limit bounds everything the container holds on the GPU, its CUDA context included, as the
+    device reports it (docs/contract.md §6): ``shown`` is the device's memory view after the search
+    (a ``meminfo`` step's entry for that device: ``cudaMemGetInfo``, the simulated device's count),
+    whose used memory must not exceed ``limit_mib``. Judged only where that view is the container's
+    own (its total is the limit, as with a limit on the container's own cgroup): where the total is
+    the whole GPU, used counts the neighbours' memory too, and the rule is not judged there."""
+    if not shown:
+        return ChargeVerdict(None, None, limit_mib, found_mib, not_judged=f"{who} reported no memory view")
+    used = int(shown.get("used") or 0)
+    total = int(shown.get("total") or 0)
+    used_mib, total_mib = -(-used // MIB), total // MIB
+    if total_mib != limit_mib:
+        return ChargeVerdict(
+            used_mib,
+            total_mib,
+            limit_mib,
+            found_mib,
+            not_judged=f"{who}'s memory view reports a total of {total_mib} MiB, not its limit of "
+            f"{limit_mib} MiB: its used memory is not the container's own",
+        )
+    problem = ""
+    if used > limit_mib * MIB:
+        problem = (
+            f"{who} holds {used_mib} MiB on its GPU as the device reports it (used memory after its "
+            f"search), {used_mib - limit_mib} MiB above its limit of {limit_mib} MiB, with {found_mib} MiB "
+            "allocated: memory it holds (its CUDA context, what its allocations cost) is left outside "
+            "the limit"
+        )
+    return ChargeVerdict(used_mib, total_mib, limit_mib, found_mib, problem)
+
+
+def search_overran(who: str, search: Mapping[str, Any], limit_mib: int) -> str:
+    """Why an ``alloc-until-oom`` search that stopped without an out-of-memory, holding more than the
+    device reports as its total (``stopped_by: above-total``), fails: allocations past the limit were
+    granted and not charged. Empty for any other search."""
+    if search.get("stopped_by") != "above-total":
+        return ""
+    held = int(search.get("max_bytes") or 0) // MIB
+    total = int(search.get("device_total") or 0) // MIB
+    return (
+        f"{who}'s alloc-until-oom step held {held} MiB in {search.get('allocs')} allocations, more than "
+        f"its limit of {limit_mib} MiB (the device reports a total of {total} MiB) and never met an "
+        "out-of-memory: allocations were granted without being charged against the limit, and the "
+        "search was stopped there"
+    )
+
+
 def searches_by_device(result: Mapping[str, Any] | None) -> dict[int, dict[str, Any]]:
     """A workload's ``alloc-until-oom`` steps by the device each searched (container-visible
     ordinal; a later search of one device replaces an earlier one)."""

@@ -43,7 +43,7 @@ from conformance.judgements import (
 )
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
-from fixtures.suite.reaction import hold_s, reaction_wait_s
+from fixtures.suite.reaction import LONG_BORROW_S, hold_s, reaction_wait_s
 from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
 
 MIB: Final = 1 << 20
@@ -419,7 +419,12 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
     )
     must_be_ready(stage, grower.name, "it may take the GPU's idle memory up to its limit")
     # Both hold, the GPU full: long enough (reaction periods) for an agent that evicts wrongly to act.
+    # A borrower kept for tens of seconds (a late reconcile loop) is burst-borrowing's long hold.
     held_s = hold_s(suite.options, HOLD_S)
+    suite.not_judged(
+        f"borrowers kept for {LONG_BORROW_S:g} s or more",
+        f"judged by burst-borrowing in the node profile; here the full GPU is held {held_s:g} s",
+    )
     time.sleep(held_s)
     running = {p.name: stage.running(p.name) for p in (lender, grower)}
     outcomes = [stage.stop(lender.name), stage.stop(grower.name)]

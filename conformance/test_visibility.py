@@ -372,7 +372,8 @@ def test_cuda_visibility(suite: Suite) -> None:
     stage = Stage(suite, gpus=count)
     placed = stage.place(
         "cuda",
-        plan("cuda", {"op": "meminfo"}),
+        # What CUDA enumerates (count, UUIDs), then its memory view of each device it may use.
+        plan("cuda", {"op": "cuda-devices"}, {"op": "meminfo"}),
         request_mib=stage.mib(SHARE),
         limit_mib=stage.mib(LIMIT_SHARE),
         devices=count,
@@ -381,18 +382,49 @@ def test_cuda_visibility(suite: Suite) -> None:
     require(out, ("ok",), "it only reads the devices CUDA reports")
     devices = out.step("meminfo").get("devices") or []
     totals = [int(d.get("total") or 0) // MIB for d in devices]
+    listed = out.step("cuda-devices").get("devices") or []
+    uuids = [str(d.get("uuid") or "") for d in listed]
     suite.evidence.fact(
         "cuda",
         {
+            "enumerated": [
+                {
+                    "i": d.get("i"),
+                    "uuid": d.get("uuid"),
+                    "name": d.get("name"),
+                    "totalMiB": int(d.get("total") or 0) // MIB,
+                }
+                for d in listed
+            ],
+            "enumeratedCount": len(listed),
             "devices": devices,
             "totalMiB": totals,
             "assigned": list(placed.gpus),
             "limitMiB": placed.written_limit_mib,
         },
     )
+    suite.not_judged(
+        "the total memory in CUDA's device properties (totalGlobalMem)",
+        "whether a memory limit changes it is not established; each device's total is judged from "
+        "CUDA's memory view (cudaMemGetInfo) instead",
+    )
     problems = []
+    assigned = sorted(placed.gpus)
+    if len(listed) != len(placed.gpus) or sorted(uuids) != assigned:
+        unassigned = [
+            f"{u} ({int(d.get('total') or 0) // MIB} MiB)"
+            for u, d in zip(uuids, listed, strict=True)
+            if u not in assigned
+        ]
+        problems.append(
+            f"CUDA enumerates {len(listed)} device(s) ({', '.join(uuids) or 'none'}), but "
+            f"{len(placed.gpus)} were assigned ({', '.join(placed.gpus)})"
+            + (f": it also lists GPUs not assigned to it: {', '.join(unassigned)}" if unassigned else "")
+        )
     if len(devices) != len(placed.gpus):
-        problems.append(f"CUDA reports {len(devices)} device(s), but {len(placed.gpus)} were assigned")
+        problems.append(
+            f"CUDA's memory view reports {len(devices)} device(s), but {len(placed.gpus)} were assigned"
+        )
     wrong = [(i, t) for i, t in enumerate(totals) if t != placed.written_limit_mib]
     if wrong:
         problems.append(

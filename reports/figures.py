@@ -173,7 +173,7 @@ def bounded_by(step: Mapping[str, Any]) -> str:
     stopped = step.get("stopped_by")
     if stopped == "pressure":
         return BOUNDED_BY_NEIGHBOUR
-    if stopped == "limit":
+    if stopped in ("limit", "above-total"):  # its own ceiling: a limit, or the device's total passed
         return BOUNDED_BY_CEILING
     reason = str((step.get("oom") or {}).get("reason") or "")
     if reason in ("device-full", "guarantee-unsatisfiable"):

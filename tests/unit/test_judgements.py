@@ -295,6 +295,27 @@ def test_searches_by_device_keeps_each_devices_own_search() -> None:
     assert j.searches_by_device(None) == {} and j.searches_by_device({"steps": [{"op": "touch"}]}) == {}
 
 
+def test_the_limit_bounds_what_the_device_counts_its_context_included() -> None:
+    # Simulated H200, reference: the search stops 514 MiB short, the context inside the limit.
+    kept = j.judge_charged("c", {"i": 0, "total": 1000 * MIB, "used": 1000 * MIB}, 1000, 486)
+    assert kept.problem == "" and kept.not_judged == "" and kept.as_fact()["outsideLimitMiB"] == 0
+    # Context outside the limit: the allocations reach the limit, the device counts 512 MiB more.
+    outside = j.judge_charged("c", {"i": 0, "total": 1000 * MIB, "used": 1512 * MIB}, 1000, 1000)
+    assert "1512 MiB" in outside.problem and "512 MiB above its limit of 1000 MiB" in outside.problem
+    assert outside.as_fact()["outsideLimitMiB"] == 512
+    # A view whose total is the whole GPU is not the container's own: not judged, and said.
+    whole = j.judge_charged("c", {"i": 0, "total": 143771 * MIB, "used": 9000 * MIB}, 1000, 900)
+    assert whole.problem == "" and "not the container's own" in whole.not_judged
+    assert "no memory view" in j.judge_charged("c", None, 1000, 900).not_judged
+
+
+def test_a_search_that_held_more_than_the_device_total_is_named_with_its_figures() -> None:
+    step = {"op": "alloc-until-oom", "stopped_by": "above-total", "max_bytes": 1001 * MIB, "allocs": 600}
+    said = j.search_overran("c", {**step, "device_total": 1000 * MIB}, 1000)
+    assert "alloc-until-oom step held 1001 MiB in 600 allocations" in said and "total of 1000 MiB" in said
+    assert j.search_overran("c", {"stopped_by": "oom", "max_bytes": 1000 * MIB}, 1000) == ""
+
+
 # ---------------------------------------------------------------------------------- pressure shown first
 
 
