@@ -1,13 +1,18 @@
 """Readiness: fractions go only where the node agent says it can fence them, and it says so honestly.
 
 The node agent publishes ``gpu-fractioning.nvidia.com/Ready=True`` on the nodes it serves; a
-fraction placed elsewhere would run unfenced. The check first shows that the not-ready node could
-otherwise take the Pod (Ready, untainted, a GPU with room for it), so that a pass means the
-condition kept the Pod off, not a lack of room. The check needs a GPU node whose condition is not
-True. A real cluster may have one (a node whose agent is down or not installed): the check uses it
-and only watches, since the Pod it makes there must stay Pending anyway. Where the cluster's GPU
-nodes are simulated (the suite's own sandbox, a fake GPU operator), it adds, for its duration, a
-simulated GPU node whose condition is False; on a real cluster it never creates nodes.
+fraction placed elsewhere would run unfenced. "Not True" has three forms, and each must keep
+fractions off: ``False`` (the agent says it cannot fence), ``Unknown`` (the operator's controller
+stopped: reason ``ControllerUnavailable``, KAI's fit error "Condition ... is Unknown") and no such
+condition at all (no agent). A scheduler that refuses only an explicit ``False`` passes the first
+and places on the other two, so the check judges all three, one Pod pinned to a node in each state,
+in one unbound window. It first shows that each such node could otherwise take the Pod (Ready,
+untainted, a GPU with room for it), so that a pass means the condition kept the Pod off, not a
+lack of room. A real cluster may have such nodes (an agent down or not installed): the check uses
+them and only watches, since the Pods it makes there must stay Pending anyway. Where the cluster's
+GPU nodes are simulated (the suite's own sandbox, a fake GPU operator), it adds, for its duration,
+a simulated GPU node for each state it found no node in; on a real cluster it never creates nodes,
+and a state no node of the cluster is in is named as not judged.
 
 Agent readiness (``agent-readiness``, the node's side of the same rule): a node agent that cannot
 fence, its backend gone, must say so (the condition False within its declared period), must not
@@ -33,26 +38,48 @@ from conformance.judgements import judge_condition_turn, judge_held, waiting_rea
 from fixtures.suite import manifests
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.cluster import CONDITION_FRACTIONING_READY, HOSTNAME_LABEL, LABEL_SIMULATED, GpuNode
-from fixtures.suite.frame import LABEL_RUN, LABEL_SUITE, Suite, fail
+from fixtures.suite.frame import LABEL_RUN, LABEL_SUITE, CheckFailed, Suite, fail
 from fixtures.suite.reaction import hold_s, readiness_window_s
 from fixtures.suite.scenario import CONTAINER, NotJudged, node_devices, plan
 from fixtures.suite.simoutage import OutageError, outage_hook, resume, simulated_outage
 from fixtures.suite.waiting import WaitTimeout, wait_until
 
-
-def _not_ready_nodes(suite: Suite) -> list[GpuNode]:
-    return [
-        n
-        for n in suite.cluster.gpu_nodes(suite.options.gpu_node_selector)
-        if n.ready and n.fractioning_ready is not True and not n.cordoned and not n.taints
-    ]
+STATES: Final = ("False", "Unknown", "absent")
+"""The forms of "not True" a readiness condition takes, each judged on a node of its own."""
+REASONS: Final = {"False": "AgentNotRunning", "Unknown": "ControllerUnavailable"}
 
 
-def _add_simulated_node(suite: Suite) -> GpuNode:
-    """A simulated GPU node like the leased one, with the agent's condition False; deleted by the
-    run's cleanup."""
+def _state(node: GpuNode) -> str:
+    """``node``'s readiness condition as one of ``STATES`` (or "True")."""
+    for cond in (node.raw.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == node.readiness_condition:
+            status = str(cond.get("status"))
+            return status if status in ("True", "False") else "Unknown"
+    return "absent"
+
+
+def _condition_of(node: GpuNode) -> dict[str, Any]:
+    """What the node says of its readiness (for the evidence)."""
+    for cond in (node.raw.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == node.readiness_condition:
+            return {k: cond.get(k) for k in ("type", "status", "reason", "message")}
+    return {"type": node.readiness_condition, "status": None, "note": "the node has no such condition"}
+
+
+def _not_ready_nodes(suite: Suite) -> dict[str, GpuNode]:
+    """One usable node per state of ``STATES`` the cluster has one in (Ready, untainted, uncordoned)."""
+    found: dict[str, GpuNode] = {}
+    for n in suite.cluster.gpu_nodes(suite.options.gpu_node_selector):
+        if n.ready and n.fractioning_ready is not True and not n.cordoned and not n.taints:
+            found.setdefault(_state(n), n)
+    return found
+
+
+def _add_simulated_node(suite: Suite, state: str) -> GpuNode:
+    """A simulated GPU node like the leased one, its agent's condition in ``state`` (``absent``:
+    none); deleted by the run's cleanup."""
     model = suite.node
-    name = f"gc-notready-{suite.namespace[-4:]}"
+    name = f"gc-{state.lower()}-{suite.namespace[-4:]}"
     labels: dict[str, Any] = {
         k: v
         for k, v in (model.raw.get("metadata", {}).get("labels") or {}).items()
@@ -63,35 +90,34 @@ def _add_simulated_node(suite: Suite) -> GpuNode:
     )
     core = suite.cluster.core
     core.create_node({"metadata": {"name": name, "labels": labels}})
-    suite.evidence.fact("addedNode", name)
+    suite.evidence.facts.setdefault("addedNodes", []).append(name)
     # A new Node gets the not-ready taint from admission; lift it, so that only the agent's condition
     # (the rule under test) keeps fractions away, as on a node whose kubelet is up but agent is not.
     core.patch_node(name, {"spec": {"taints": []}})
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def condition(kind: str, status: str, reason: str) -> dict[str, str]:
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
         return {
             "type": kind,
             "status": status,
             "reason": reason,
-            "message": "gpuconf node-readiness check",
+            "message": message,
             "lastHeartbeatTime": now,
             "lastTransitionTime": now,
         }
 
+    conditions = [condition("Ready", "True", "SimulatedNode", "gpuconf node-readiness check")]
+    if state in REASONS:
+        # The node implementation's own condition (generation 1 names another), as its controller writes it.
+        kind = (suite.options.node_part().conditions or (CONDITION_FRACTIONING_READY,))[0]
+        conditions.append(
+            condition(
+                kind, state, REASONS[state], f"gpuconf node-readiness check: Condition {kind} is {state}"
+            )
+        )
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(model.gpu_count)}
     core.patch_node_status(
-        name,
-        {
-            "status": {
-                "capacity": capacity,
-                "allocatable": capacity,
-                "conditions": [
-                    condition("Ready", "True", "SimulatedNode"),
-                    condition(CONDITION_FRACTIONING_READY, "False", "AgentNotRunning"),
-                ],
-            }
-        },
+        name, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": conditions}}
     )
     node = GpuNode.from_dict(suite.cluster.read_node(name) or {})
     if node is None:
@@ -115,7 +141,7 @@ def _must_have_room(suite: Suite, target: GpuNode, share: float) -> None:
     loads = suite.loads_on(target)
     gpus = target.uuids or tuple(str(i) for i in range(target.gpu_count))
     free = {gpu: target.memory_mib - (loads[gpu].request_mib if gpu in loads else 0) for gpu in gpus}
-    suite.evidence.fact("notReadyNodeRoom", {"needMiB": need, "freeMiBPerGpu": free})
+    suite.evidence.fact(f"roomOn:{target.name}", {"needMiB": need, "freeMiBPerGpu": free})
     if not any(mib >= need for mib in free.values()):
         raise RuntimeError(
             f"node {target.name} has no GPU with {need} MiB free: a Pod kept off it proves nothing about "
@@ -134,26 +160,65 @@ def _must_have_room(suite: Suite, target: GpuNode, share: float) -> None:
     needs=Needs(nodes=1, gpus=1, idle=False),
 )
 def test_node_readiness(suite: Suite) -> None:
-    candidates = _not_ready_nodes(suite)
-    if candidates:
-        target = candidates[0]
-    elif suite.node.simulated:
-        target = _add_simulated_node(suite)
-    else:
+    targets = _not_ready_nodes(suite)
+    for state in STATES:
+        if state in targets:
+            continue
+        if suite.node.simulated:
+            targets[state] = _add_simulated_node(suite, state)
+        else:
+            suite.not_judged(
+                f"a node whose readiness condition is {state}",
+                "no GPU node of the cluster is in that state (Ready, untainted), and on real GPUs the "
+                "suite adds none",
+            )
+    if not targets:
         pytest.skip(
             "no GPU node lacks gpu-fractioning.nvidia.com/Ready=True, and on real GPUs the suite adds none"
         )
-    suite.evidence.fact("notReadyNode", target.describe())
-    # A pass means something only if the node could take the Pod but for its condition: Ready,
-    # untainted, uncordoned (chosen so above) and a GPU with room for the request.
-    _must_have_room(suite, target, SHARE)
-    control = suite.scheduled_pod("control", suite.request(share=SHARE))
-    refused = suite.scheduled_pod("on-not-ready", suite.request(share=SHARE, node=target), on=[target])
-    suite.must_be_bound(control, "it asks for 0.1 of a GPU on a ready node")
-    suite.must_stay_unbound(
-        refused, f"node {target.name} does not have {CONDITION_FRACTIONING_READY}=True", "node-readiness"
+    suite.evidence.fact(
+        "notReadyNodes",
+        {state: {"node": n.describe(), "condition": _condition_of(n)} for state, n in targets.items()},
     )
-    suite.evidence.pod(refused, pending=suite.unschedulable(refused))
+    # A pass means something only if each node could take the Pod but for its condition: Ready,
+    # untainted, uncordoned (chosen so above) and a GPU with room for the request.
+    for target in targets.values():
+        _must_have_room(suite, target, SHARE)
+    control = suite.scheduled_pod("control", suite.request(share=SHARE))
+    refused: dict[str, str] = {}
+    for state, target in targets.items():
+        name = suite.scheduled_pod(
+            f"on-{state.lower()}", suite.request(share=SHARE, node=target), on=[target]
+        )
+        said = "has none" if state == "absent" else f"is {state}"
+        suite.must_not_be_placed(
+            name,
+            f"node {target.name}'s {target.readiness_condition} condition {said}, not True",
+            "node-readiness",
+        )
+        refused[name] = state
+    suite.must_be_bound(control, "it asks for 0.1 of a GPU on a ready node")
+    try:
+        suite.must_stay_unbound()
+    except CheckFailed as exc:
+        # Name every state a fraction was placed in, not only the first binding seen.
+        placed = {}
+        for name, state in refused.items():
+            snap = suite.watch.first_bound(name)
+            if snap is not None:
+                placed[state] = snap.node
+        raise fail(
+            f"{exc} (placed where the condition is {placed}; judged: {', '.join(refused.values())})"
+        ) from None
+    finally:
+        for name, state in refused.items():
+            snap = suite.watch.first_bound(name)
+            suite.evidence.pod(
+                name,
+                conditionState=state,
+                boundTo=snap.node if snap is not None else None,
+                pending=suite.unschedulable(name),
+            )
 
 
 HELD_AT_LEAST_S: Final = 5.0
