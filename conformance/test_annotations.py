@@ -8,7 +8,11 @@ showed at that resourceVersion.
 
 from __future__ import annotations
 
+import math
+from typing import Final
+
 from conformance.expect import (
+    gpus_at_bind,
     limit_and_mode_present,
     placement_must_be_complete,
     portion_range,
@@ -16,7 +20,8 @@ from conformance.expect import (
 )
 from enforcement.contract import SM_SHARING, SUFFIX_LIMIT, SUFFIX_REQUEST, TIME_SLICING, nvidia_key
 from fixtures.suite.checks import Needs, check
-from fixtures.suite.frame import Suite, fail
+from fixtures.suite.frame import CheckFailed, Suite, fail
+from fixtures.suite.podwatch import Snapshot
 
 
 @check(
@@ -111,6 +116,87 @@ def test_values_as_asked(suite: Suite) -> None:
     for what, name in names.items():
         snap = suite.must_be_bound(name, f"the node has {suite.node.gpu_count} idle GPUs for 3 small Pods")
         values_must_be_as_asked(suite, name, snap, asks[what])
+    # Then the same on a busy GPU: a scheduler that takes the limit for capacity (and lowers it to
+    # what the GPU has left unguaranteed) writes the author's limit only where plenty is left.
+    _values_on_a_busy_gpu(suite)
+
+
+BUSY_LEFT: Final = 0.3
+"""At most this share of each time-slicing GPU is left unguaranteed before the busy Pod is asked for."""
+BUSY_SLACK: Final = 0.01
+"""A GPU with at most this share more than ``BUSY_LEFT`` left counts as busy (rounding of holders)."""
+BUSY_REQUEST, BUSY_LIMIT = 0.1, 0.6
+"""The busy Pod's request and limit (shares of a GPU): its limit is twice what any GPU it may land on
+has left unguaranteed."""
+
+
+def _unguaranteed(suite: Suite) -> tuple[list[int], dict[str, int]]:
+    """MiB left unguaranteed on each GPU of the leased node that a time-slicing Pod may join (idle
+    GPUs included), and per GPU that holds anything, what is left there (for the evidence)."""
+    node = suite.node
+    loads = {gpu: load for gpu, load in suite.loads_on().items() if load.shares}
+    held = {gpu: node.memory_mib - load.request_mib for gpu, load in loads.items()}
+    open_to_time_slicing = [
+        node.memory_mib - load.request_mib for load in loads.values() if SM_SHARING not in load.modes
+    ]
+    return open_to_time_slicing + [node.memory_mib] * max(0, node.gpu_count - len(loads)), held
+
+
+def _values_on_a_busy_gpu(suite: Suite) -> None:
+    """Cover every GPU a time-slicing Pod may join with other Pods' guarantees (each holder placed by
+    the scheduler under test, and judged as asked too), until at most ``BUSY_LEFT`` of each is left;
+    then ask for a Pod whose limit is larger than anything left, and judge what is written for it."""
+    memory = suite.node.memory_mib
+    target = math.floor(memory * BUSY_LEFT)
+    busy_enough = target + math.floor(memory * BUSY_SLACK)
+    for step in range(2 * suite.node.gpu_count):
+        left, _ = _unguaranteed(suite)
+        roomy = [mib for mib in left if mib > busy_enough]
+        if not roomy:
+            break
+        size = max(roomy) - target
+        asked = suite.request(request_mib=size)
+        holder = suite.scheduled_pod(f"holder-{step}", asked)
+        snap = suite.must_be_bound(holder, f"a GPU of the node has {max(roomy)} MiB unguaranteed")
+        values_must_be_as_asked(suite, holder, snap, asked)
+    left, held = _unguaranteed(suite)
+    suite.evidence.fact(
+        "busyGpus", {"unguaranteedMiB": held, "target": f"at most {busy_enough} MiB on each time-slicing GPU"}
+    )
+    if any(mib > busy_enough for mib in left):
+        suite.not_judged(
+            "the values on a busy GPU",
+            f"after {2 * suite.node.gpu_count} holders a time-slicing GPU still has "
+            f"{max(left)} MiB of {memory} MiB unguaranteed (wanted at most {busy_enough})",
+        )
+        return
+    asked = suite.request(share=BUSY_REQUEST, limit_share=BUSY_LIMIT, mode=TIME_SLICING)
+    name = suite.scheduled_pod("busy", asked)
+    snap = suite.must_be_bound(name, f"GPUs of the node have {max(left)} MiB unguaranteed")
+    there = _on_busy_gpu(suite, name, snap, held, busy_enough)
+    try:
+        values_must_be_as_asked(suite, name, snap, asked)
+    except CheckFailed as exc:
+        raise fail(
+            f"{exc} (on a busy GPU: other Pods' guarantees left {there} MiB unguaranteed there; the "
+            "limit is the author's reclaim boundary, not the memory the GPU has left)"
+        ) from None
+
+
+def _on_busy_gpu(
+    suite: Suite, name: str, snap: Snapshot, held: dict[str, int], busy_enough: int
+) -> dict[str, int]:
+    """Record how much was left unguaranteed on the GPU the busy Pod got; where more than its limit was
+    left (a GPU the staging did not cover), its values are still judged, but not as on a busy GPU."""
+    gpus = gpus_at_bind(suite, name, snap)
+    there = {gpu: held.get(gpu, suite.node.memory_mib) for gpu in gpus}
+    suite.evidence.pod(name, unguaranteedMiBBeforeIt=there)
+    if any(mib > busy_enough for mib in there.values()):
+        suite.not_judged(
+            "the values on a busy GPU",
+            f"{name} went to GPU(s) with {there} MiB unguaranteed, more than the {busy_enough} MiB staged",
+        )
+    return there
 
 
 @check(
