@@ -9,7 +9,7 @@ what it judged in the check's evidence.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from enforcement.contract import (
@@ -203,3 +203,35 @@ def devices_must_be_on_the_node(
     suite.evidence.pod(name, devicesWritten=written, nodeGpus=list(uuids) or count)
     if problems:
         raise fail(f"{name}: " + "; ".join(problems))
+
+
+def device_form(entry: str) -> str:
+    """The form of one gpus.devices entry: ``cdi`` (a CDI device name, whatever its device part),
+    ``index`` or ``uuid``. The contract module has already judged whether it is well formed."""
+    if "=" in entry and "/" in entry.split("=", 1)[0]:
+        return "cdi"
+    return "index" if entry.isdigit() else "uuid"
+
+
+def device_forms(values: Iterable[str]) -> set[str]:
+    """Every form the entries of ``values`` (gpus.devices values) are written in."""
+    return {device_form(e) for value in values for e in value.split(",") if e}
+
+
+def devices_off_form(value: str, declared: str) -> list[str]:
+    """The entries of ``value`` not in the ``declared`` form. ``uuid``: a GPU's UUID, bare or as the
+    device part of a CDI name (KAI writes CDI names where the device plugin uses CDI, docs/contract.md
+    §9.3); ``index``: an index; ``cdi``: a CDI device name."""
+    off = []
+    for entry in (e for e in value.split(",") if e):
+        form = device_form(entry)
+        inner = resolve_device(entry)
+        if declared == "uuid":
+            ok = form == "uuid" or (form == "cdi" and not inner.isdigit())
+        elif declared == "index":
+            ok = form == "index" or (form == "cdi" and inner.isdigit())
+        else:
+            ok = form == declared
+        if not ok:
+            off.append(entry)
+    return off
