@@ -198,8 +198,15 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     if run.exit_code != 0 or alloc.get("outcome") != "ok":
         why = (alloc.get("oom") or {}).get("message") or run.result.get("status")
         raise CheckFailed(f"borrowing {burst} MiB (request {request}, limit {limit}) failed: {why}", evidence)
+    from fixtures.suite.reaction import LONG_BORROW_S
+
+    evidence["not_judged"] = (
+        f"keeping the borrowed memory for {LONG_BORROW_S:g} s or more (a late reconcile loop): judged by "
+        "burst-borrowing in the suite's node profile"
+    )
     return (
-        f"held {burst} MiB between request {request} MiB and limit {limit} MiB for {held_s:g} s, not evicted",
+        f"held {burst} MiB between request {request} MiB and limit {limit} MiB for {held_s:g} s, not "
+        f"evicted; not judged here: {evidence['not_judged']}",
         evidence,
     )
 
