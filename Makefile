@@ -36,11 +36,12 @@ binaries: $(STAMP)
 	$(BIN)/gpuconf sandbox build
 
 # The real node runtime of the NRI test (tests/integration/test_nri_containerd.py): containerd 2.x,
-# ctr, crictl and gpuconf's NRI plugin, built once per machine and cached beside the binaries above
+# ctr, crictl and gpuconf's NRI plugin, and the kubelet of the real-node test
+# (tests/integration/test_real_kubelet.py), built once per machine and cached beside the binaries above
 # (runc and busybox come from the system's packages: system-packages). A failure here does not
-# stop the other tests: the NRI test then fails itself, saying what is missing.
+# stop the other tests: the NRI and real-node tests then fail themselves, saying what is missing.
 runtime: binaries system-packages
-	-$(BIN)/gpuconf sandbox build --runtime
+	-$(BIN)/gpuconf sandbox build --runtime --kubelet
 
 # One command: set everything up, bring the sandbox up, run the conformance suite, write the report.
 # (Not the NRI test's runtime nor the system's packages: the suite needs neither.)
