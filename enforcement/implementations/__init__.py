@@ -171,7 +171,12 @@ _SCHEDULER = obj(
     "the scheduler side: what it writes, what it needs, what it creates",
     title=T("str", "what it is, in words"),
     schedulerName=T("str", "its spec.schedulerName by default"),
-    devicesForm=T("enum", "the form of gpus.devices it writes", values=(*DEVICE_FORMS, "any")),
+    devicesForm=T(
+        "enum",
+        "the form of gpus.devices it writes (uuid: GPU UUIDs, bare or as CDI names' devices); the check "
+        "devices-form judges it, and any (the default) is not judged",
+        values=(*DEVICE_FORMS, "any"),
+    ),
     writesMode=T("bool", "whether it writes gpu-compute.mode"),
     reserveMiB=T("int", "MiB it keeps back per GPU when turning a portion into MiB"),
     retryPeriodSeconds=T(
