@@ -32,7 +32,14 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from conformance.judgements import Intrusion, device_fidelity, eviction_effect, judge_boundary, within
+from conformance.judgements import (
+    Intrusion,
+    device_fidelity,
+    eviction_effect,
+    judge_boundary,
+    judge_charged,
+    within,
+)
 from conformance.test_compute import hold_plan, intrude, intruder_plan, said_by, settle_intrusions
 from conformance.test_failclosed import EXPLAIN_S, QUIET_S, Malformed, cases, placement, refusal_verdict
 from enforcement.contract import SM_SHARING, TIME_SLICING
@@ -77,6 +84,8 @@ def test_agent_restart(suite: Suite) -> None:
             # Stopped after the restart: the limit must still hold, and the room below it be there,
             # judged as hard-limit-oom judges its boundary (conformance.judgements.judge_boundary).
             {"op": "alloc-until-oom", "granularity": mib(1), "label": "after"},
+            # What the device counts then, its context included: within the limit (judge_charged).
+            {"op": "meminfo"},
         ),
         request_mib=request,
         limit_mib=limit,
@@ -135,8 +144,15 @@ def test_agent_restart(suite: Suite) -> None:
     search = kept.step("alloc-until-oom")
     kept_found = within(request) + int(search.get("max_bytes", 0)) // MIB
     kept_verdict = judge_boundary(kept_found, limit, device_fidelity(kept.result), capped.name, search)
+    shown = kept.step("meminfo").get("devices") or []
+    charged = judge_charged(capped.name, shown[0] if shown else None, capped.written_limit_mib, kept_found)
+    if charged.not_judged and shown:
+        suite.not_judged("what the device counts against the limit after the restart", charged.not_judged)
     lent_effect = eviction_effect(lent, stage.mib(0.25))
-    facts = {"capped": kept_verdict.as_fact(), "borrowerEviction": lent_effect.as_fact()}
+    facts = {
+        "capped": {**kept_verdict.as_fact(), "charged": charged.as_fact()},
+        "borrowerEviction": lent_effect.as_fact(),
+    }
     if beat.get("ended_by") != "signal":
         problems.append(
             f"{capped.name} did not survive the restart: {kept.status or kept.phase} "
@@ -149,6 +165,8 @@ def test_agent_restart(suite: Suite) -> None:
         )
     elif not kept_verdict.ok:
         problems.append(f"after the restart, {kept_verdict.problem}")
+    elif charged.problem:
+        problems.append(f"after the restart, {charged.problem}")
     if not lent_effect.evicted:
         problems.append(
             f"after the restart {borrower.name} borrowed beyond its request and was not evicted when "
