@@ -58,12 +58,21 @@ def _state(node: GpuNode) -> str:
     return "absent"
 
 
-def _condition_of(node: GpuNode) -> dict[str, Any]:
+def _declared_condition(suite: Suite) -> str:
+    """The readiness condition the node implementation under test writes (generation 1 names another)."""
+    return (suite.options.node_part().conditions or (CONDITION_FRACTIONING_READY,))[0]
+
+
+def _condition_of(node: GpuNode, declared: str) -> dict[str, Any]:
     """What the node says of its readiness (for the evidence)."""
     for cond in (node.raw.get("status") or {}).get("conditions") or []:
         if cond.get("type") == node.readiness_condition:
             return {k: cond.get(k) for k in ("type", "status", "reason", "message")}
-    return {"type": node.readiness_condition, "status": None, "note": "the node has no such condition"}
+    return {
+        "type": declared,
+        "status": None,
+        "note": "the node has no readiness condition of any implementation",
+    }
 
 
 def _not_ready_nodes(suite: Suite) -> dict[str, GpuNode]:
@@ -109,7 +118,7 @@ def _add_simulated_node(suite: Suite, state: str) -> GpuNode:
     conditions = [condition("Ready", "True", "SimulatedNode", "gpuconf node-readiness check")]
     if state in REASONS:
         # The node implementation's own condition (generation 1 names another), as its controller writes it.
-        kind = (suite.options.node_part().conditions or (CONDITION_FRACTIONING_READY,))[0]
+        kind = _declared_condition(suite)
         conditions.append(
             condition(
                 kind, state, REASONS[state], f"gpuconf node-readiness check: Condition {kind} is {state}"
@@ -178,7 +187,10 @@ def test_node_readiness(suite: Suite) -> None:
         )
     suite.evidence.fact(
         "notReadyNodes",
-        {state: {"node": n.describe(), "condition": _condition_of(n)} for state, n in targets.items()},
+        {
+            state: {"node": n.describe(), "condition": _condition_of(n, _declared_condition(suite))}
+            for state, n in targets.items()
+        },
     )
     # A pass means something only if each node could take the Pod but for its condition: Ready,
     # untainted, uncordoned (chosen so above) and a GPU with room for the request.
@@ -190,10 +202,15 @@ def test_node_readiness(suite: Suite) -> None:
         name = suite.scheduled_pod(
             f"on-{state.lower()}", suite.request(share=SHARE, node=target), on=[target]
         )
-        said = "has none" if state == "absent" else f"is {state}"
+        why = (
+            f"node {target.name} has no readiness condition ({_declared_condition(suite)} or another "
+            "implementation's)"
+            if state == "absent"
+            else f"node {target.name}'s {target.readiness_condition} is {state}, not True"
+        )
         suite.must_not_be_placed(
             name,
-            f"node {target.name}'s {target.readiness_condition} condition {said}, not True",
+            why,
             "node-readiness",
         )
         refused[name] = state
