@@ -29,6 +29,7 @@ from fixtures.sandbox.binaries import KUBERNETES_VERSION
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.realnode import NODE_GROUP, TAINT_KEY, RealNode, node_user
 from fixtures.sandbox.realnode.host import CGROUP_FS
+from fixtures.sandbox.realnode.node import stop_recorded
 
 pytestmark = pytest.mark.sandbox
 
@@ -199,9 +200,65 @@ def test_stop_leaves_nothing_behind(sandbox: Sandbox, node: RealNode) -> None:
     running = node.leftovers()
     assert any(line.startswith("kubelet") for line in running), running
     assert f"folder {folder}" in running and any(line.startswith("cgroup") for line in running), running
+    assert node.record.exists()
     problems = node.stop()
     assert problems == []
-    # Judged here from /proc and /sys, not from the module's own view.
+    assert_nothing_left(folder, cgroup, pids)
+    assert not node.record.exists()
+    with pytest.raises(ApiException) as absent:
+        sandbox.core_v1().read_node(node.name)
+    assert absent.value.status == 404
+
+
+def test_a_node_whose_caller_died_is_cleaned_by_its_record(sandbox: Sandbox, namespace: str) -> None:
+    """A caller killed with its node running (a Pod in it): the sandbox's `down` finds the node's record
+    and removes it all (here called directly: the sandbox is shared). Its containers outlive containerd,
+    as on any node, so they, their mounts and cgroups are taken away by the record."""
+    if (reason := runtime.cannot_run_containers()) is not None:
+        pytest.skip(f"containerd and runc cannot run containers on this machine: {reason}")
+    orphan = RealNode(sandbox, f"orphan-{uuid.uuid4().hex[:6]}", log=lambda m: print(m, flush=True))
+    orphan.start()
+    try:
+        core = sandbox.core_v1()
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "sleeper"},
+                "spec": {
+                    "nodeName": orphan.name,
+                    "hostNetwork": True,
+                    "tolerations": [{"key": TAINT_KEY, "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": runtime.IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["sleep", "3600"],
+                        }
+                    ],
+                },
+            },
+        )
+        last: dict[str, Any] = {}
+
+        def running() -> bool:
+            last.update(raw(core.read_namespaced_pod, "sleeper", namespace))
+            return last["status"].get("phase") == "Running"
+
+        wait_for("the sleeper to run", running, lambda: f"{last.get('status')}; {orphan.kubelet_errors()}")
+        assert orphan.folder is not None
+        folder, cgroup, pids = orphan.folder, orphan.cgroups.name, dict(orphan.pids)
+        assert [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(folder) in line]
+        stopped = stop_recorded(sandbox.dir, log=lambda m: print(m, flush=True))
+        assert {line.split(" of ")[0] for line in stopped} == {"kubelet", "containerd"}, stopped
+        assert_nothing_left(folder, cgroup, pids)
+        assert not orphan.record.exists()
+    finally:
+        orphan.stop(check=False)
+
+
+def assert_nothing_left(folder: Path, cgroup: str, pids: dict[str, int]) -> None:
+    """Judged from /proc and /sys, not from the module's own view."""
     alive = {what: pid for what, pid in pids.items() if processes.start_ticks(pid) is not None}
     assert alive == {}, alive
     holders = [
@@ -213,9 +270,6 @@ def test_stop_leaves_nothing_behind(sandbox: Sandbox, node: RealNode) -> None:
     cgroups = [str(p) for p in CGROUP_FS.glob(f"*/{cgroup}")] + [str(p) for p in CGROUP_FS.glob(cgroup)]
     assert cgroups == [], cgroups
     assert not folder.exists()
-    with pytest.raises(ApiException) as absent:
-        sandbox.core_v1().read_node(node.name)
-    assert absent.value.status == 404
 
 
 def _cmdline(proc: Path) -> bytes:

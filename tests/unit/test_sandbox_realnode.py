@@ -155,3 +155,39 @@ def test_mounts_under_a_folder_deepest_first(monkeypatch: pytest.MonkeyPatch) ->
         ("/sys/fs/cgroup/memory", "cgroup"),
         ("/sys/fs/cgroup/unified", "cgroup2"),
     ]
+
+
+def test_a_recorded_node_is_stopped_by_pid_and_start_time(tmp_path: Path) -> None:
+    """After a crash: the node's processes stop only when pid and kernel start time are the recorded
+    ones (a reused pid is someone else's), and its folder goes."""
+    import json
+    import subprocess
+
+    from fixtures.sandbox import processes
+
+    ours = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    theirs = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        folder = tmp_path / "gcn-x"
+        (folder / "kubelet").mkdir(parents=True)
+        records = tmp_path / "state" / node.RECORDS
+        records.mkdir(parents=True)
+        started = {
+            "kubelet": [ours.pid, processes.start_ticks(ours.pid)],
+            "containerd": [theirs.pid, (processes.start_ticks(theirs.pid) or 0) + 1],
+        }
+        body = {
+            "name": "n",
+            "folder": str(folder),
+            "cgroup": "gpuconf-unit-test-absent",
+            "processes": started,
+        }
+        (records / "n.json").write_text(json.dumps(body))
+        stopped = node.stop_recorded(tmp_path / "state", log=lambda m: None)
+        assert stopped == [f"kubelet of real node n (pid {ours.pid})"]
+        assert ours.wait(5) is not None and theirs.poll() is None
+        assert not folder.exists() and not records.exists()
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
