@@ -53,10 +53,10 @@ import hmac
 import itertools
 import secrets
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from enforcement.clock import REAL, Clock
 from workloads.simwire import (
     COMPUTE_MODES,
     OOM_DEVICE_FULL,
@@ -154,6 +154,11 @@ class FairLock:
                 self._cond.wait()
             self._queue.popleft()
             self._held = True
+
+    def waiting(self) -> int:
+        """How many are queued for the lock now (a test stages a queue before letting it go)."""
+        with self._cond:
+            return len(self._queue)
 
     def release(self) -> None:
         with self._cond:
@@ -270,7 +275,7 @@ class SimNode:
         gpus: Iterable[GpuSpec],
         *,
         pressure_ttl_s: float = DEFAULT_PRESSURE_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = REAL,
         fidelity: Fidelity | str = IDEAL,
     ) -> None:
         self.node = node
@@ -348,7 +353,7 @@ class SimNode:
                 mode=spec.mode,
                 labels=dict(spec.labels),
                 gpus=[],
-                attached_at=time.time(),
+                attached_at=self._clock.time(),
                 shared_fault_domain=spec.shared_fault_domain,
                 unprotected_memory=spec.unprotected_memory,
                 device_usage_view=spec.device_usage_view,
@@ -477,12 +482,12 @@ class SimNode:
                 )
                 for c in sorted(self._clients.values(), key=lambda c: c.name)
             )
-            return SnapshotReply(node=self.node, taken_at=time.time(), gpus=gpus, clients=clients)
+            return SnapshotReply(node=self.node, taken_at=self._clock.time(), gpus=gpus, clients=clients)
 
     def pressure(self) -> tuple[GpuPressure, ...]:
         """Per GPU: is there real pressure, who waits, and whom the evictor may evict, in order."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.monotonic()
             out = []
             for gpu in self._gpus:
                 waiters = self._active_waiters(gpu, now)
@@ -670,7 +675,7 @@ class SimNode:
             available = gpu.free
             if not within_guarantee:
                 # Borrowing: memory freed for clients waiting on their guarantee is theirs, not ours.
-                now = self._clock()
+                now = self._clock.monotonic()
                 available -= sum(w.needed for w in self._active_waiters(gpu, now) if w.share is not share)
             if nbytes > available:
                 if not within_guarantee:
@@ -690,7 +695,7 @@ class SimNode:
                         "the client is within its guarantee but the GPU is full and no client is above its "
                         "guarantee: the guarantees on this GPU exceed its memory",
                     )
-                now = self._clock()
+                now = self._clock.monotonic()
                 waiter = gpu.waiters.get(client.name)
                 if waiter is None or now - waiter.last > self.pressure_ttl_s:
                     gpu.waiters[client.name] = _Waiter(share=share, needed=nbytes, since=now, last=now)
@@ -866,17 +871,17 @@ class SimNode:
             share = self._share(client, device)
         exclusive = client.mode == "time-slicing"
         gpu = share.gpu
-        queued = time.time()
+        queued = self._clock.time()
         if not self.fidelity.kernel_cost_model:
             if exclusive:
                 gpu.lock.acquire()
             try:
-                start = time.time()
+                start = self._clock.time()
                 self._run_begin(gpu, client.name, 1.0, start)
                 try:
-                    interrupted = client.interrupt.is_set() or client.interrupt.wait(seconds)
+                    interrupted = client.interrupt.is_set() or self._clock.wait(client.interrupt, seconds)
                 finally:
-                    end = time.time()
+                    end = self._clock.time()
                     shared = self._run_end(gpu, client.name, start, end)
             finally:
                 if exclusive:
@@ -912,7 +917,7 @@ class SimNode:
             if exclusive:
                 gpu.lock.acquire()
             try:
-                turn_start = time.time()
+                turn_start = self._clock.time()
                 if start is None:
                     start = turn_start
                 with self._lock:
@@ -927,10 +932,10 @@ class SimNode:
                     step = min(self._TICK_S, (seconds - done) / speed, max(0.0, turn_end_by - last))
                     if step <= 0:
                         break
-                    if client.interrupt.wait(step):
+                    if self._clock.wait(client.interrupt, step):
                         interrupted = True
                         break
-                    now = time.time()
+                    now = self._clock.time()
                     done += (now - last) * speed
                     if others:
                         shared += now - last
@@ -941,7 +946,7 @@ class SimNode:
             finally:
                 if exclusive:
                     gpu.lock.release()
-        end = time.time()
+        end = self._clock.time()
         return start if start is not None else end, end, shared, interrupted
 
     def _run_begin(self, gpu: _Gpu, name: str, load: float, start: float) -> None:

@@ -9,7 +9,9 @@ Measures, against a real ``python -m enforcement.sim.server`` process:
 * ``concurrent_clients``: the same from K client processes at once, aggregated;
 * ``alloc_until_oom_80gib``: the wall time of one client's ``alloc-until-oom`` over an 80 GiB hard
   limit at 1 MiB granularity, in process (the runner's search over the socket) and as the whole
-  workload process (interpreter start included), with the number of allocation calls it took.
+  workload process (interpreter start included), with the number of allocation calls it took;
+* ``kernel_cost_model``: two simulated-H200 clients computing at once, in real time, each one's
+  work per second over its solo speed (large and small sm-sharing kernels, time-slicing).
 
 Figures, not assertions: the tests assert behaviour, never timings, so that a loaded CI runner
 cannot make them flaky. Run this by hand and compare.
@@ -149,6 +151,45 @@ def alloc_until_oom(server: ServerProcess, directory: Path) -> dict[str, Any]:
     }
 
 
+def kernel_cost_model(seconds: float = 1.0) -> dict[str, Any]:
+    """The h200 cost model in real time: two clients computing at once, each one's work per second
+    over its solo speed (1.0). The unit tests assert the model in virtual time; this is what a loaded
+    machine makes of it (model: about 0.5 for large sm-sharing kernels and for time-slicing, about 1
+    for small sm-sharing ones)."""
+    import threading
+
+    from enforcement.sim.model import SimNode
+    from enforcement.sim.topology import make_gpus
+    from workloads.backends import sm_fraction
+
+    def rates(mode: str, matrix: int) -> list[float]:
+        node = SimNode("bench", make_gpus("bench", [10000]), fidelity="h200")
+        ctxs = []
+        for i in range(2):
+            token = node.attach(client_spec(f"c{i}", ["0"], 1000, None, mode)).token
+            ctxs.append(node.open_context(token)[0])
+        out = [0.0, 0.0]
+
+        def run(i: int) -> None:
+            began, work = time.monotonic(), 0.0
+            while time.monotonic() - began < seconds:
+                work += node.kernel(ctxs[i], 0, 0.04, sm_fraction(matrix)).work_s
+            out[i] = round(work / (time.monotonic() - began), 3)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    return {
+        "sm_sharing_large_kernels": rates("sm-sharing", 4096),
+        "sm_sharing_small_kernels": rates("sm-sharing", 1024),
+        "time_slicing": rates("time-slicing", 1024),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--allocs", type=int, default=20000)
@@ -165,6 +206,7 @@ def main() -> int:
                 "single_client": single_client(server, args.allocs),
                 "concurrent_clients": concurrent_clients(server, args.clients, args.allocs // args.clients),
                 "alloc_until_oom_80gib": alloc_until_oom(server, directory),
+                "kernel_cost_model": kernel_cost_model(),
             }
     print(json.dumps(report, indent=2))
     return 0

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from enforcement.clock import REAL, ManualClock
 from enforcement.sim.admin import client_spec
 from enforcement.sim.messages import ClientGpuSpec, ClientSpec
 from enforcement.sim.model import Context, SimNode
@@ -35,17 +36,11 @@ from workloads.simwire import (
 )
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_node(*mib: int, ttl: float = 30.0, clock: FakeClock | None = None) -> SimNode:
+def make_node(*mib: int, ttl: float = 30.0, clock: ManualClock | None = None) -> SimNode:
+    """A node on the real clock (its kernels run in threads here), or on ``clock`` where a test moves
+    time itself (the pressure's time to live)."""
     return SimNode(
-        "node-a", make_gpus("node-a", list(mib or (1024,))), pressure_ttl_s=ttl, clock=clock or FakeClock()
+        "node-a", make_gpus("node-a", list(mib or (1024,))), pressure_ttl_s=ttl, clock=clock or REAL
     )
 
 
@@ -202,18 +197,18 @@ def test_after_eviction_the_waiting_client_gets_its_memory_and_borrowers_cannot_
 
 
 def test_a_pressure_wait_lapses_when_the_client_stops_retrying() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     node = make_node(1024, ttl=5.0, clock=clock)
     ctxs = fill_for_pressure(node)
     with pytest.raises(SimPressure):
         node.alloc(ctxs["d"], 0, 100 * MiB)
-    clock.now += 4.0
+    clock.advance(4.0)
     with pytest.raises(SimPressure):
         node.alloc(ctxs["d"], 0, 100 * MiB)  # a retry refreshes the wait
-    clock.now += 4.0
+    clock.advance(4.0)
     assert node.pressure()[0].under_pressure
     assert node.pressure()[0].waiting[0].waiting_s == pytest.approx(8.0)
-    clock.now += 5.1
+    clock.advance(5.1)
     assert not node.pressure()[0].under_pressure
 
 
