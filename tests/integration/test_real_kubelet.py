@@ -15,6 +15,7 @@ where containers cannot run at all (``runtime.cannot_run_containers``).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from fixtures.sandbox.binaries import KUBERNETES_VERSION
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.realnode import NODE_GROUP, TAINT_KEY, RealNode, node_user
 from fixtures.sandbox.realnode.host import CGROUP_FS
-from fixtures.sandbox.realnode.node import stop_recorded
+from fixtures.sandbox.realnode.node import CONTAINER_LOGS, DEVICE_PLUGINS, _other_kubelets, stop_recorded
 
 pytestmark = pytest.mark.sandbox
 
@@ -270,6 +271,11 @@ def assert_nothing_left(folder: Path, cgroup: str, pids: dict[str, int]) -> None
     cgroups = [str(p) for p in CGROUP_FS.glob(f"*/{cgroup}")] + [str(p) for p in CGROUP_FS.glob(cgroup)]
     assert cgroups == [], cgroups
     assert not folder.exists()
+    # The kubelet's two fixed paths (docs: fixtures/sandbox/realnode/node.py, FIXED_PATHS).
+    links = [str(p) for p in CONTAINER_LOGS.glob("*.log") if str(folder) in _readlink(p)]
+    assert links == [], links
+    if not _other_kubelets():
+        assert not (DEVICE_PLUGINS / "kubelet.sock").exists()
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -277,3 +283,10 @@ def _cmdline(proc: Path) -> bytes:
         return (proc / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
