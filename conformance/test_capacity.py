@@ -23,6 +23,7 @@ from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import RequestForm
 from fixtures.suite.waiting import WaitTimeout, wait_until
+from workloads.plan import alloc, hold, plan_wire
 
 FILL = 0.6
 TOP_UP = 0.3
@@ -35,10 +36,8 @@ OVER_BY = 0.005
 def _plan(seconds: float, fails: bool = False) -> dict[str, object]:
     """Hold ``seconds``, then end Succeeded, or (``fails``) Failed: it then asks for more memory
     than any GPU has, which fails with out-of-memory on every device, real or simulated."""
-    steps: list[dict[str, object]] = [{"op": "hold", "seconds": seconds}]
-    if fails:
-        steps.append({"op": "alloc", "bytes": "1Pi"})
-    return {"name": "fails" if fails else "brief", "steps": steps}
+    more_than_any_gpu = [alloc(1 << 30)] if fails else []  # 1 PiB
+    return plan_wire("fails" if fails else "brief", hold(seconds=seconds), *more_than_any_gpu)
 
 
 def _fill(suite: Suite, prefix: str, plan: dict[str, object] | None = None) -> list[str]:

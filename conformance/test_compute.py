@@ -40,8 +40,9 @@ from enforcement.implementations import MECHANISMS
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import placement_annotations
-from fixtures.suite.scenario import CONTAINER, NotJudged, Placed, Stage, mib, plan, require
+from fixtures.suite.scenario import CONTAINER, NotJudged, Placed, Stage, plan, require
 from fixtures.suite.waiting import WaitTimeout, wait_until
+from workloads.plan import alloc, calibrate, compute, fault, heartbeat, hold, meminfo, read_env, ready
 
 SHARE: Final = 0.3
 PORTION: Final = 0.5
@@ -82,7 +83,7 @@ def test_mode_applied(suite: Suite) -> None:
         )
     stage = Stage(suite, gpus=2)
     names = (pipe_var, threads_var)
-    probe = plan("mode", {"op": "env", "names": list(names)}, {"op": "meminfo"})
+    probe = plan("mode", read_env(*list(names)), meminfo())
     size = stage.mib(SHARE)
     sliced = stage.place("sliced", probe, request_mib=size, mode=TIME_SLICING, slot=0)
     shared = stage.place(
@@ -142,9 +143,9 @@ def busy_plan(name: str, matrix: int) -> dict[str, Any]:
     """Ready, wait for the start signal (the barrier), then compute with the calibrated kernel size."""
     return plan(
         name,
-        {"op": "ready"},
-        {"op": "hold", "until_signal": "SIGTERM"},
-        {"op": "compute", "seconds": COMPUTE_S, "kernel_ms": KERNEL_MS, "matrix": matrix},
+        ready(),
+        hold(until_signal="SIGTERM"),
+        compute(COMPUTE_S, kernel_ms=KERNEL_MS, matrix=matrix),
     )
 
 
@@ -165,8 +166,8 @@ def test_compute_modes(suite: Suite) -> None:
     # GPU (two streams of it do nearly twice the work of one), and its throughput is the solo figure.
     alone = plan(
         "alone",
-        {"op": "calibrate"},
-        {"op": "compute", "seconds": COMPUTE_S / 2, "kernel_ms": KERNEL_MS, "matrix": "calibrated"},
+        calibrate(),
+        compute(COMPUTE_S / 2, kernel_ms=KERNEL_MS, matrix="calibrated"),
     )
     solo = {
         mode: stage.place(f"{mode}-alone", alone, request_mib=size, mode=mode, slot=slot)
@@ -264,11 +265,11 @@ def test_fault_isolation(suite: Suite) -> None:
     size = stage.mib(SHARE)
     neighbour_plan = plan(
         "neighbour",
-        {"op": "alloc", "bytes": mib(stage.mib(0.05))},
-        {"op": "ready"},
-        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+        alloc(stage.mib(0.05)),
+        ready(),
+        heartbeat(BEAT_S, until_signal="SIGTERM"),
     )
-    faulty_plan = plan("faulty", {"op": "alloc", "bytes": mib(stage.mib(0.05))}, {"op": "fault"})
+    faulty_plan = plan("faulty", alloc(stage.mib(0.05)), fault())
     neighbours = {}
     for slot, mode in enumerate(modes):
         neighbours[mode] = stage.place(
@@ -327,12 +328,12 @@ for the scenario's other workloads (a node that mixes the modes then refuses a h
 
 def intruder_plan(name: str) -> dict[str, Any]:
     """A workload that must never start; one that does ends soon by itself."""
-    return plan(name, {"op": "hold", "seconds": INTRUDER_HOLD_S})
+    return plan(name, hold(seconds=INTRUDER_HOLD_S))
 
 
 def hold_plan(name: str) -> dict[str, Any]:
     """A workload that is Ready and beats until the suite stops it: a GPU's mode while it runs."""
-    return plan(name, {"op": "ready"}, {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"})
+    return plan(name, ready(), heartbeat(BEAT_S, until_signal="SIGTERM"))
 
 
 def intrude(stage: Stage, name: str, slot: int, mode: Mode | None, holder: Placed) -> Intrusion:

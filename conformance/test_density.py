@@ -23,7 +23,8 @@ from conformance.judgements import kernel_rates, within
 from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import CheckFailed, Suite, fail
-from fixtures.suite.scenario import Outcome, Stage, mib, plan
+from fixtures.suite.scenario import Outcome, Stage, plan
+from workloads.plan import alloc, compute, touch
 
 MIB: Final = 1 << 20
 SHARE_WITH_MODES: Final = 0.1
@@ -75,9 +76,9 @@ def test_density_ramp(suite: Suite) -> None:
     size = stage.mib(share)
     work = plan(
         "tenant",
-        {"op": "alloc", "bytes": mib(within(size))},
-        {"op": "touch"},
-        {"op": "compute", "seconds": COMPUTE_S, "kernel_ms": KERNEL_MS},
+        alloc(within(size)),
+        touch(),
+        compute(COMPUTE_S, kernel_ms=KERNEL_MS),
     )
     readings: list[dict[str, Any]] = []
     count = 1

@@ -44,7 +44,8 @@ from conformance.judgements import (
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.reaction import LONG_BORROW_S, hold_s, reaction_wait_s
-from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, mib, plan, require
+from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, plan, require
+from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary, touch
 
 MIB: Final = 1 << 20
 PRESSURE_WAIT_S: Final = 10.0
@@ -61,18 +62,16 @@ def borrower_plan(
     """Hold the request, then ``floor`` MiB in all (where given: a Ready one is known to hold that
     much past its request, result or not), then take every idle byte up to the limit; count what it
     holds; Ready; beat until stopped."""
-    fixed = (
-        [] if floor is None else [{"op": "alloc", "bytes": mib(floor - within(request)), "label": "borrowed"}]
-    )
+    fixed = [] if floor is None else [alloc(floor - within(request), label="borrowed")]
     return plan(
         name,
-        {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
+        alloc(within(request), label="guarantee"),
         *fixed,
-        {"op": "alloc-until-oom", "granularity": mib(max(1, stage.mib(0.01))), "label": "grown"},
-        {"op": "touch"},
-        {"op": "meminfo"},
-        {"op": "ready"},
-        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+        search_boundary(granularity_mib=max(1, stage.mib(0.01)), label="grown"),
+        touch(),
+        meminfo(),
+        ready(),
+        heartbeat(BEAT_S, until_signal="SIGTERM"),
     )
 
 
@@ -81,24 +80,18 @@ def lender_plan(name: str, request: int, limit: int) -> dict[str, Any]:
     Ready one is known to hold past its request; count what it holds; Ready; beat until stopped."""
     return plan(
         name,
-        {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
-        {"op": "alloc", "bytes": mib(within(limit) - within(request)), "label": "borrowed"},
-        {"op": "touch"},
-        {"op": "meminfo"},
-        {"op": "ready"},
-        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+        alloc(within(request), label="guarantee"),
+        alloc(within(limit) - within(request), label="borrowed"),
+        touch(),
+        meminfo(),
+        ready(),
+        heartbeat(BEAT_S, until_signal="SIGTERM"),
     )
 
 
 def holder_plan(name: str, size: int) -> dict[str, Any]:
     """Hold ``size`` MiB less the headroom (within its guarantee of ``size``); Ready; beat until stopped."""
-    return plan(
-        name,
-        {"op": "alloc", "bytes": mib(within(size))},
-        {"op": "touch"},
-        {"op": "ready"},
-        {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
-    )
+    return plan(name, alloc(within(size)), touch(), ready(), heartbeat(BEAT_S, until_signal="SIGTERM"))
 
 
 def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
@@ -108,16 +101,10 @@ def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
     return plan(
         name,
         # What it sees before it asks: on a full GPU (a real one, the simulated H200) less than its claim.
-        {"op": "meminfo"},
-        {
-            "op": "alloc",
-            "bytes": mib(within(size)),
-            "retry_on_pressure": wait,
-            "retry_on_oom": wait,
-            "retry_interval": RETRY_S,
-        },
-        {"op": "touch"},
-        {"op": "meminfo"},
+        meminfo(),
+        alloc(within(size), retry_on_pressure_s=wait, retry_on_oom_s=wait, retry_interval_s=RETRY_S),
+        touch(),
+        meminfo(),
     )
 
 

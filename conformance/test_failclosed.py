@@ -35,6 +35,7 @@ from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import placement_annotations
 from fixtures.suite.scenario import CONTAINER, Outcome, Stage, plan
 from fixtures.suite.waiting import WaitTimeout, wait_until
+from workloads.plan import hold, meminfo, read_env
 
 EXPLAIN_S: Final = 15.0
 """How long the node has to say why it refuses (the reference agent: well under a second). One wait
@@ -201,7 +202,7 @@ def _spans(text: str, needle: str) -> list[tuple[int, int]]:
 def test_fail_closed(suite: Suite) -> None:
     part = suite.options.node_part()
     stage = Stage(suite)
-    never = plan("never", {"op": "hold", "seconds": 60})
+    never = plan("never", hold(seconds=60))
     chosen: list[Malformed] = []
     defaulted: list[Malformed] = []
     for case in cases(stage.node.gpu_count):
@@ -225,7 +226,7 @@ def test_fail_closed(suite: Suite) -> None:
     for case in chosen:
         stage.pod(case.name, never, request_mib=1024, annotations=placement(valid, case))
     # Taken as the default: it starts, says which MPS server it reached, and ends.
-    looks = plan("blank-mode", {"op": "env", "names": [part.env.pipe_directory]}, {"op": "meminfo"})
+    looks = plan("blank-mode", read_env(*[part.env.pipe_directory]), meminfo())
     for case in defaulted:
         stage.pod(case.name, looks, request_mib=1024, annotations=placement(valid, case))
     said: dict[str, list[str]] = {}

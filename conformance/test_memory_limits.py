@@ -29,7 +29,8 @@ from conformance.judgements import (
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import FINISH_S, START_S, Suite, fail
 from fixtures.suite.reaction import LONG_BORROW_S, hold_s, long_hold_s
-from fixtures.suite.scenario import NotJudged, Stage, mib, plan, require
+from fixtures.suite.scenario import NotJudged, Stage, plan, require
+from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary, touch, verify
 
 MIB: Final = 1 << 20
 GRANULARITY_MIB: Final = 1
@@ -55,12 +56,12 @@ def test_hard_limit_oom(suite: Suite) -> None:
         "neighbour",
         plan(
             "neighbour",
-            {"op": "alloc", "bytes": mib(held)},
-            {"op": "touch"},
-            {"op": "ready"},
-            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+            alloc(held),
+            touch(),
+            ready(),
+            heartbeat(BEAT_S, until_signal="SIGTERM"),
             # Every byte it held: read back what the touch wrote (a usage count misses scrubbed pages).
-            {"op": "verify"},
+            verify(),
         ),
         request_mib=guarantee,
     )
@@ -71,10 +72,10 @@ def test_hard_limit_oom(suite: Suite) -> None:
         "capped",
         plan(
             "capped",
-            {"op": "alloc-until-oom", "granularity": mib(GRANULARITY_MIB)},
-            {"op": "meminfo"},
+            search_boundary(granularity_mib=GRANULARITY_MIB),
+            meminfo(),
             # A moment alive after the out-of-memory: does the stack end the container?
-            {"op": "heartbeat", "interval": BEAT_S, "count": 3},
+            heartbeat(BEAT_S, count=3),
         ),
         request_mib=stage.mib(0.25),
         limit_mib=stage.mib(0.5),
@@ -171,12 +172,12 @@ def test_hard_limit_each_device(suite: Suite) -> None:
     # Each device searched in turn, what the search found kept held: a limit shared among the
     # devices (not per device) shows as the second device's boundary falling short.
     searches = [
-        {"op": "alloc-until-oom", "granularity": mib(GRANULARITY_MIB), "device": d, "label": f"device-{d}"}
+        search_boundary(granularity_mib=GRANULARITY_MIB, device=d, label=f"device-{d}")
         for d in range(devices)
     ]
     capped = stage.place(
         "capped",
-        plan("capped", *searches, {"op": "meminfo"}),
+        plan("capped", *searches, meminfo()),
         request_mib=stage.mib(0.25),
         limit_mib=stage.mib(0.5),
         devices=devices,
@@ -252,15 +253,11 @@ def test_burst_borrowing(suite: Suite) -> None:
         "borrower",
         plan(
             "borrower",
-            {"op": "alloc", "bytes": mib(within(request)), "label": "guarantee"},
-            {
-                "op": "alloc",
-                "bytes": mib(total - within(request)),
-                "chunk": mib(max(1, (total - within(request)) // 4)),
-            },
-            {"op": "touch"},
-            {"op": "heartbeat", "interval": max(BEAT_S * 2, held_for / 60), "seconds": held_for},
-            {"op": "meminfo"},
+            alloc(within(request), label="guarantee"),
+            alloc(total - within(request), chunk_mib=max(1, (total - within(request)) // 4)),
+            touch(),
+            heartbeat(max(BEAT_S * 2, held_for / 60), seconds=held_for),
+            meminfo(),
         ),
         request_mib=request,
         limit_mib=limit,

@@ -43,6 +43,7 @@ from fixtures.suite.reaction import hold_s, readiness_window_s
 from fixtures.suite.scenario import CONTAINER, NotJudged, node_devices, plan
 from fixtures.suite.simoutage import OutageError, outage_hook, resume, simulated_outage
 from fixtures.suite.waiting import WaitTimeout, wait_until
+from workloads.plan import hold
 
 STATES: Final = ("False", "Unknown", "absent")
 """The forms of "not True" a readiness condition takes, each judged on a node of its own."""
@@ -336,7 +337,7 @@ def test_agent_readiness(suite: Suite) -> None:
                     manifests.container(
                         CONTAINER,
                         image=suite.options.workload_image,
-                        plan=plan("held", {"op": "hold", "seconds": 60}),
+                        plan=plan("held", hold(seconds=60)),
                     )
                 ],
             )

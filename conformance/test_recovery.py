@@ -48,8 +48,9 @@ from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import placement_annotations
 from fixtures.suite.reaction import reaction_wait_s
-from fixtures.suite.scenario import CONTAINER, Placed, Stage, mib, plan, require
+from fixtures.suite.scenario import CONTAINER, Placed, Stage, plan, require
 from fixtures.suite.waiting import WaitTimeout, wait_until
+from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary
 
 MIB: Final = 1 << 20
 BEAT_S: Final = 0.1
@@ -78,14 +79,14 @@ def test_agent_restart(suite: Suite) -> None:
         "capped",
         plan(
             "capped",
-            {"op": "alloc", "bytes": mib(within(request)), "label": "before"},
-            {"op": "ready"},
-            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+            alloc(within(request), label="before"),
+            ready(),
+            heartbeat(BEAT_S, until_signal="SIGTERM"),
             # Stopped after the restart: the limit must still hold, and the room below it be there,
             # judged as hard-limit-oom judges its boundary (conformance.judgements.judge_boundary).
-            {"op": "alloc-until-oom", "granularity": mib(1), "label": "after"},
+            search_boundary(granularity_mib=1, label="after"),
             # What the device counts then, its context included: within the limit (judge_charged).
-            {"op": "meminfo"},
+            meminfo(),
         ),
         request_mib=request,
         limit_mib=limit,
@@ -97,10 +98,10 @@ def test_agent_restart(suite: Suite) -> None:
         "borrower",
         plan(
             "borrower",
-            {"op": "alloc", "bytes": mib(within(stage.mib(0.25))), "label": "guarantee"},
-            {"op": "alloc-until-oom", "granularity": mib(stage.mib(0.01))},
-            {"op": "ready"},
-            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+            alloc(within(stage.mib(0.25)), label="guarantee"),
+            search_boundary(granularity_mib=stage.mib(0.01)),
+            ready(),
+            heartbeat(BEAT_S, until_signal="SIGTERM"),
         ),
         request_mib=stage.mib(0.25),
         limit_mib=stage.mib(0.9),
@@ -120,14 +121,13 @@ def test_agent_restart(suite: Suite) -> None:
         "claimant",
         plan(
             "claimant",
-            {
-                "op": "alloc",
-                "bytes": mib(within(claim)),
-                "retry_on_pressure": reaction_wait_s(suite.options, PRESSURE_WAIT_S),
-                "retry_on_oom": reaction_wait_s(suite.options, PRESSURE_WAIT_S),
-                "retry_interval": 0.05,
-            },
-            {"op": "alloc-until-oom", "granularity": mib(1)},
+            alloc(
+                within(claim),
+                retry_on_pressure_s=reaction_wait_s(suite.options, PRESSURE_WAIT_S),
+                retry_on_oom_s=reaction_wait_s(suite.options, PRESSURE_WAIT_S),
+                retry_interval_s=0.05,
+            ),
+            search_boundary(granularity_mib=1),
         ),
         request_mib=claim,
         limit_mib=claim_limit,

@@ -20,8 +20,9 @@ from conformance.judgements import within
 from enforcement.contract import SM_SHARING, TIME_SLICING, Mode
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
-from fixtures.suite.scenario import NotJudged, Stage, mib, plan, require
+from fixtures.suite.scenario import NotJudged, Stage, plan, require
 from fixtures.suite.waiting import WaitTimeout
+from workloads.plan import alloc, fault, meminfo, touch
 
 SHARE: Final = 0.6
 ENDED: Final = {"exits": "exited", "dies": "died"}
@@ -43,8 +44,8 @@ def test_release_on_exit(suite: Suite) -> None:
     size = stage.mib(SHARE)
     held = within(size)  # the guarantee less the headroom a real GPU's context and pages take
     first = {
-        "exits": plan("exits", {"op": "alloc", "bytes": mib(held)}, {"op": "touch"}),
-        "dies": plan("dies", {"op": "alloc", "bytes": mib(held)}, {"op": "touch"}, {"op": "fault"}),
+        "exits": plan("exits", alloc(held), touch()),
+        "dies": plan("dies", alloc(held), touch(), fault()),
     }
     old = {
         how: stage.place(f"{how}", steps, request_mib=size, mode=TIME_SLICING, slot=slot)
@@ -56,7 +57,7 @@ def test_release_on_exit(suite: Suite) -> None:
     # The next ones ask for the other mode where the implementation has it: a GPU that still
     # counts the old container (time-slicing) would refuse them.
     mode: Mode = SM_SHARING if "sm-sharing" in suite.options.supported_features else TIME_SLICING
-    following = plan("next", {"op": "alloc", "bytes": mib(held)}, {"op": "touch"}, {"op": "meminfo"})
+    following = plan("next", alloc(held), touch(), meminfo())
     after = {
         how: stage.pod(f"after-{how}", following, request_mib=size, mode=mode, slot=slot)
         for slot, how in enumerate(first)

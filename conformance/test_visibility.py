@@ -32,6 +32,7 @@ from enforcement.implementations import MECHANISMS, NodePart, builtins, referenc
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.scenario import Placed, Stage, plan, require
+from workloads.plan import alloc, cuda_devices, heartbeat, meminfo, read_env, ready, smi
 from workloads.simwire import SIM_TOKEN_ENV
 
 SHARE: Final = 0.25
@@ -227,12 +228,12 @@ def test_env_injection(suite: Suite) -> None:
     sidecar_names = [*read_names(part), SIM_TOKEN_ENV]
     placed = stage.place(
         "env",
-        plan("env", {"op": "env", "names": read_names(part)}),
+        plan("env", read_env(*read_names(part))),
         request_mib=stage.mib(SHARE),
         limit_mib=stage.mib(LIMIT_SHARE),
         devices=count,
         env=set_itself,
-        sidecars={SIDECAR: plan("sidecar", {"op": "env", "names": sidecar_names})},
+        sidecars={SIDECAR: plan("sidecar", read_env(*sidecar_names))},
     )
     out = stage.wait_ended(placed.name)
     require(out, ("ok",), "it only reads its environment")
@@ -290,9 +291,9 @@ def test_smi_visibility(suite: Suite) -> None:
         "neighbour",
         plan(
             "neighbour",
-            {"op": "alloc", "bytes": held * MIB},
-            {"op": "ready"},
-            {"op": "heartbeat", "interval": BEAT_S, "until_signal": "SIGTERM"},
+            alloc(held),
+            ready(),
+            heartbeat(BEAT_S, until_signal="SIGTERM"),
         ),
         request_mib=beside,
     )
@@ -301,7 +302,7 @@ def test_smi_visibility(suite: Suite) -> None:
         require(ended, (), f"it holds {held} MiB within its own guarantee and limit on an idle GPU")
     request, limit = stage.mib(SHARE), stage.mib(LIMIT_SHARE)
     own = stage.mib(OWN_SHARE)  # on its first GPU, well within its request: then nvidia-smi looks
-    look = plan("smi", {"op": "alloc", "bytes": own * MIB}, {"op": "smi"})
+    look = plan("smi", alloc(own), smi())
     names = [stage.pod("single", look, request_mib=request, limit_mib=limit)]
     if count > 1:
         names.append(stage.pod("pair", look, request_mib=request, limit_mib=limit, devices=2))
@@ -373,7 +374,7 @@ def test_cuda_visibility(suite: Suite) -> None:
     placed = stage.place(
         "cuda",
         # What CUDA enumerates (count, UUIDs), then its memory view of each device it may use.
-        plan("cuda", {"op": "cuda-devices"}, {"op": "meminfo"}),
+        plan("cuda", cuda_devices(), meminfo()),
         request_mib=stage.mib(SHARE),
         limit_mib=stage.mib(LIMIT_SHARE),
         devices=count,

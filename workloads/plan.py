@@ -556,3 +556,200 @@ def parse_plan(raw: str | bytes | Mapping[str, Any] | list[Any]) -> Plan:
         fields.done()
         steps.append(step)
     return Plan(name=name, steps=tuple(steps))
+
+
+# ---- the other way: typed steps to the plan's JSON, and the builders checks write plans with
+
+
+def _until_wire(until: Until) -> dict[str, Any]:
+    wire: dict[str, Any] = {}
+    if until.seconds is not None:
+        wire["seconds"] = until.seconds
+    if until.file is not None:
+        wire["until_file"] = until.file
+    if until.signal is not None:
+        wire["until_signal"] = until.signal
+    if until.count:
+        wire["count"] = until.count
+    return wire
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 6)
+
+
+def step_wire(step: Step) -> dict[str, Any]:
+    """``step`` as the plan's JSON writes it: the inverse of parsing (``parse_plan`` reads back the
+    same step). Values equal to their defaults are left out, so a plan reads as a person writes it."""
+    wire: dict[str, Any] = {"op": step.OP}
+    if isinstance(step, AllocStep):
+        wire["bytes"] = step.nbytes
+        if step.chunk != step.nbytes:
+            wire["chunk"] = step.chunk
+        if step.retry_on_pressure_s:
+            wire["retry_on_pressure"] = step.retry_on_pressure_s
+        if step.retry_interval_s != 0.2:
+            wire["retry_interval"] = step.retry_interval_s
+        if step.retry_on_oom_s:
+            wire["retry_on_oom"] = step.retry_on_oom_s
+    elif isinstance(step, AllocUntilOomStep):
+        if step.granularity != MiB:
+            wire["granularity"] = step.granularity
+        if step.limit is not None:
+            wire["limit"] = step.limit
+    elif isinstance(step, HoldStep | HeartbeatStep):
+        wire.update(_until_wire(step.until))
+        if isinstance(step, HeartbeatStep) and step.interval_s != 1.0:
+            wire["interval"] = step.interval_s
+    elif isinstance(step, SmiStep):
+        if step.timeout_s != 30.0:
+            wire["timeout"] = step.timeout_s
+    elif isinstance(step, ComputeStep):
+        wire["seconds"] = step.seconds
+        if step.kernel_s != 0.05:
+            wire["kernel_ms"] = _ms(step.kernel_s)
+        if step.matrix != 4096:
+            wire["matrix"] = "calibrated" if step.matrix == CALIBRATED else step.matrix
+    elif isinstance(step, CalibrateStep):
+        if step.seconds != 0.15:
+            wire["seconds"] = step.seconds
+        if step.kernel_s != 0.02:
+            wire["kernel_ms"] = _ms(step.kernel_s)
+        if step.sizes != CALIBRATION_SIZES:
+            wire["sizes"] = list(step.sizes)
+    elif isinstance(step, ReadyStep):
+        if step.path is not None:
+            wire["path"] = step.path
+    elif isinstance(step, EnvStep):
+        wire["names"] = list(step.names)
+    device = getattr(step, "device", 0)
+    if device:
+        wire["device"] = device
+    label = getattr(step, "label", None)
+    if label:
+        wire["label"] = label
+    if step.expect != "ok":
+        wire["expect"] = step.expect
+    return wire
+
+
+def plan_wire(name: str, *steps: Step) -> dict[str, Any]:
+    """A plan's JSON from typed steps, checked as the workload will read it: a step that the workload
+    would refuse (an impossible value, a count on a hold) raises ``PlanError`` here, where the check
+    builds it, not in a Pod minutes later."""
+    wire = {"name": name, "steps": [step_wire(s) for s in steps]}
+    parsed = parse_plan(wire)
+    if parsed.steps != tuple(steps):
+        raise PlanError(
+            f"plan {name}: a step does not survive its own JSON: {list(steps)} != {list(parsed.steps)}"
+        )
+    return wire
+
+
+# The builders: one per op, in the words a check reads (sizes in MiB, as checks think of them).
+
+
+def alloc(
+    mib: int,
+    *,
+    label: str = "",
+    chunk_mib: int | None = None,
+    device: int = 0,
+    expect: str = "ok",
+    retry_on_pressure_s: float = 0.0,
+    retry_on_oom_s: float = 0.0,
+    retry_interval_s: float = 0.2,
+) -> AllocStep:
+    """Allocate ``mib`` MiB (in pieces of ``chunk_mib``), held under ``label``; while refused under
+    pressure (or out of memory) keep retrying, every ``retry_interval_s``, for so long."""
+    nbytes = mib * MiB
+    return AllocStep(
+        nbytes=nbytes,
+        chunk=nbytes if chunk_mib is None else min(chunk_mib * MiB, nbytes),
+        device=device,
+        label=label,
+        expect=expect,
+        retry_on_pressure_s=retry_on_pressure_s,
+        retry_on_oom_s=retry_on_oom_s,
+        retry_interval_s=retry_interval_s,
+    )
+
+
+def search_boundary(
+    *, granularity_mib: int = 1, device: int = 0, label: str = "", limit_mib: int | None = None
+) -> AllocUntilOomStep:
+    """Allocate until out-of-memory, to ``granularity_mib``, and keep it (``alloc-until-oom``)."""
+    return AllocUntilOomStep(
+        granularity=granularity_mib * MiB,
+        device=device,
+        label=label,
+        limit=None if limit_mib is None else limit_mib * MiB,
+    )
+
+
+def touch(label: str | None = None) -> TouchStep:
+    return TouchStep(label=label)
+
+
+def verify(label: str | None = None) -> VerifyStep:
+    return VerifyStep(label=label)
+
+
+def free(label: str | None = None, *, expect: str = "ok") -> FreeStep:
+    return FreeStep(label=label, expect=expect)
+
+
+def meminfo(*, expect: str = "ok") -> MemInfoStep:
+    return MemInfoStep(expect=expect)
+
+
+def cuda_devices() -> CudaDevicesStep:
+    return CudaDevicesStep()
+
+
+def smi(*, expect: str = "ok") -> SmiStep:
+    return SmiStep(expect=expect)
+
+
+def ready() -> ReadyStep:
+    return ReadyStep()
+
+
+def read_env(*names: str) -> EnvStep:
+    """Record the values of ``names`` in the container's environment (the ``env`` op)."""
+    return EnvStep(names=tuple(names))
+
+
+def fault(device: int = 0) -> FaultStep:
+    return FaultStep(device=device)
+
+
+def hold(
+    *, until_signal: str | None = None, seconds: float | None = None, until_file: str | None = None
+) -> HoldStep:
+    """Keep what is held until the signal, the file or the seconds, whichever comes first."""
+    return HoldStep(until=Until(seconds=seconds, file=until_file, signal=until_signal))
+
+
+def heartbeat(
+    every_s: float, *, until_signal: str | None = None, seconds: float | None = None, count: int | None = None
+) -> HeartbeatStep:
+    """A progress line every ``every_s`` (each one asks the device), until the signal, the seconds or
+    the count of beats."""
+    return HeartbeatStep(until=Until(seconds=seconds, signal=until_signal, count=count), interval_s=every_s)
+
+
+def compute(
+    seconds: float, *, kernel_ms: float = 50.0, matrix: int | str = 4096, device: int = 0
+) -> ComputeStep:
+    """Busy kernels back to back for ``seconds`` (``matrix="calibrated"``: an earlier calibrate's pick)."""
+    return ComputeStep(
+        seconds=seconds,
+        device=device,
+        kernel_s=kernel_ms / 1000.0,
+        matrix=CALIBRATED if matrix == "calibrated" else int(matrix),
+    )
+
+
+def calibrate(*, seconds: float = 0.15, kernel_ms: float = 20.0, device: int = 0) -> CalibrateStep:
+    return CalibrateStep(seconds=seconds, device=device, kernel_s=kernel_ms / 1000.0)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from workloads import plan as steps
 from workloads.plan import (
     AllocStep,
     AllocUntilOomStep,
@@ -115,3 +118,74 @@ def test_defaults_and_every_op_parse() -> None:
 def test_mistakes_are_refused_with_the_path_of_the_value(plan: object, match: str) -> None:
     with pytest.raises(PlanError, match=match):
         parse_plan(plan)  # type: ignore[arg-type]
+
+
+# ---- typed steps to JSON (plan_wire, the builders): what a check writes is what the workload reads
+
+
+BUILT = [
+    steps.alloc(256, label="guarantee"),
+    steps.alloc(512, chunk_mib=64, device=1, expect="oom", retry_on_pressure_s=5.0, retry_on_oom_s=2.5),
+    steps.search_boundary(),
+    steps.search_boundary(granularity_mib=2, device=1, label="grown", limit_mib=4096),
+    steps.touch(),
+    steps.touch("guarantee"),
+    steps.verify("guarantee"),
+    steps.free("borrowed", expect="any"),
+    steps.meminfo(),
+    steps.cuda_devices(),
+    steps.smi(),
+    steps.ready(),
+    steps.read_env("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"),
+    steps.fault(1),
+    steps.hold(until_signal="SIGTERM"),
+    steps.hold(seconds=2.5, until_file="/tmp/go"),
+    steps.heartbeat(0.1, until_signal="SIGTERM"),
+    steps.heartbeat(0.25, count=3),
+    steps.compute(1.5, kernel_ms=100, matrix="calibrated"),
+    steps.compute(0.75, matrix=1024, device=1),
+    steps.calibrate(),
+    steps.calibrate(seconds=0.3, kernel_ms=10),
+]
+
+
+@pytest.mark.parametrize("step", BUILT, ids=lambda s: s.OP)
+def test_every_built_step_reads_back_as_itself(step: Any) -> None:
+    wire = steps.plan_wire("p", step)
+    assert steps.parse_plan(wire).steps == (step,)
+
+
+def test_the_json_says_only_what_differs_from_the_defaults() -> None:
+    wire = steps.plan_wire(
+        "holder",
+        steps.alloc(256, label="guarantee"),
+        steps.touch(),
+        steps.ready(),
+        steps.heartbeat(0.1, until_signal="SIGTERM"),
+        steps.compute(1.5, kernel_ms=100, matrix="calibrated"),
+    )
+    assert wire == {
+        "name": "holder",
+        "steps": [
+            {"op": "alloc", "bytes": 256 * MiB, "label": "guarantee"},
+            {"op": "touch"},
+            {"op": "ready"},
+            {"op": "heartbeat", "until_signal": "SIGTERM", "interval": 0.1},
+            {"op": "compute", "seconds": 1.5, "kernel_ms": 100.0, "matrix": "calibrated"},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [
+        (steps.hold(), "give at least one of"),
+        (steps.alloc(0), "must be at least 1 bytes"),
+        (steps.compute(0.0), "seconds"),
+        (steps.alloc(1, expect="pressure-ish"), "expect"),
+    ],
+    ids=["hold-for-nothing", "alloc-nothing", "compute-no-time", "unknown-expectation"],
+)
+def test_a_step_the_workload_would_refuse_is_refused_where_the_check_builds_it(step: Any, words: str) -> None:
+    with pytest.raises(PlanError, match=words):
+        steps.plan_wire("bad", step)
