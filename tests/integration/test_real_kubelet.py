@@ -30,7 +30,13 @@ from fixtures.sandbox.binaries import KUBERNETES_VERSION
 from fixtures.sandbox.controlplane import Sandbox
 from fixtures.sandbox.realnode import NODE_GROUP, TAINT_KEY, RealNode, node_user
 from fixtures.sandbox.realnode.host import CGROUP_FS
-from fixtures.sandbox.realnode.node import CONTAINER_LOGS, DEVICE_PLUGINS, _other_kubelets, stop_recorded
+from fixtures.sandbox.realnode.node import (
+    CONTAINER_LOGS,
+    DEVICE_PLUGINS,
+    NO_POD_NETWORK_PLUGIN,
+    _other_kubelets,
+    stop_recorded,
+)
 
 pytestmark = pytest.mark.sandbox
 
@@ -192,6 +198,39 @@ def test_a_bound_pod_runs_to_completion(sandbox: Sandbox, node: RealNode, namesp
         return False
 
     wait_for("the kubelet to finish the Pod's deletion", gone, seen, timeout_s=60)
+
+
+def test_a_pod_without_host_network_fails_and_says_why(
+    sandbox: Sandbox, node: RealNode, namespace: str
+) -> None:
+    """No pod network yet: its sandbox's creation fails with containerd's error naming a missing CNI
+    plugin, as a Pod's Event, and the Pod never runs (no network that pretends)."""
+    core = sandbox.core_v1()
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "networked"},
+            "spec": {
+                "nodeName": node.name,
+                "restartPolicy": "Never",
+                "tolerations": [{"key": TAINT_KEY, "operator": "Exists"}],
+                "containers": [
+                    {"name": "main", "image": runtime.IMAGE, "imagePullPolicy": "Never", "command": ["true"]}
+                ],
+            },
+        },
+    )
+
+    def refused() -> list[dict[str, Any]]:
+        events = raw(core.list_namespaced_event, namespace, field_selector="involvedObject.name=networked")
+        return [e for e in events["items"] if e.get("reason") == "FailedCreatePodSandBox"]
+
+    (event, *_) = wait_for("a FailedCreatePodSandBox Event", refused, lambda: "none", timeout_s=60)
+    # containerd sets up its own loopback network too, whose plugin is missing as well: either is named.
+    message = event["message"]
+    assert "failed to find plugin" in message and (NO_POD_NETWORK_PLUGIN in message or "loopback" in message)
+    status = raw(core.read_namespaced_pod, "networked", namespace)["status"]
+    assert status["phase"] == "Pending", status
 
 
 def test_stop_leaves_nothing_behind(sandbox: Sandbox, node: RealNode) -> None:
