@@ -191,3 +191,31 @@ def test_a_recorded_node_is_stopped_by_pid_and_start_time(tmp_path: Path) -> Non
         for proc in (ours, theirs):
             proc.kill()
             proc.wait()
+
+
+def test_the_sandboxs_down_stops_the_real_nodes_it_finds_recorded(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    from fixtures.sandbox import processes
+    from fixtures.sandbox.controlplane import Sandbox, SandboxConfig
+
+    kubelet = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = tmp_path / "sandbox"
+        (state / node.RECORDS).mkdir(parents=True)
+        (state / "state.json").write_text(json.dumps({"version": 1, "running": True, "processes": {}}))
+        body = {
+            "name": "n",
+            "folder": str(tmp_path / "gcn-y"),
+            "cgroup": "gpuconf-unit-test-absent",
+            "processes": {"kubelet": [kubelet.pid, processes.start_ticks(kubelet.pid)]},
+        }
+        (state / node.RECORDS / "n.json").write_text(json.dumps(body))
+        stopped = Sandbox(SandboxConfig(state_dir=state), sources=()).down()
+        assert stopped == [f"kubelet of real node n (pid {kubelet.pid})"]
+        assert kubelet.wait(5) is not None
+        assert not (state / node.RECORDS).exists()
+    finally:
+        kubelet.kill()
+        kubelet.wait()
