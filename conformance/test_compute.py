@@ -203,9 +203,7 @@ def test_compute_modes(suite: Suite) -> None:
     # The start barrier: every neighbour is Ready (bound, started, waiting), however far apart the
     # scheduler bound them; then all are released at once and compute side by side.
     for name, _mode, _slot in order:
-        ended = stage.wait_ready(name)
-        if ended is not None:
-            require(ended, (), "it waits for the start signal before it computes")
+        stage.must_be_ready(name, "it waits for the start signal before it computes")
     released = stage.release([name for name, _m, _s in order])
     outcomes = {name: stage.wait_ended(name) for name, _m, _s in order}
     for out in outcomes.values():
@@ -276,9 +274,7 @@ def test_fault_isolation(suite: Suite) -> None:
             f"{mode}-neighbour", neighbour_plan, request_mib=size, mode=mode, slot=slot
         )
     for mode, placed in neighbours.items():
-        ended = stage.wait_ready(placed.name)
-        if ended is not None:
-            require(ended, (), f"it holds a little memory within its {mode} share")
+        stage.must_be_ready(placed.name, f"it holds a little memory within its {mode} share")
     faulty = {
         mode: stage.place(f"{mode}-faulty", faulty_plan, request_mib=size, mode=mode, slot=slot)
         for slot, mode in enumerate(modes)
@@ -416,9 +412,7 @@ def test_mode_guard(suite: Suite) -> None:
     sliced = stage.place("sliced", hold_plan("sliced"), request_mib=size, mode=TIME_SLICING, slot=0)
     shared = stage.place("shared", hold_plan("shared"), request_mib=size, mode=SM_SHARING, slot=1)
     for holder in (sliced, shared):
-        ended = stage.wait_ready(holder.name)
-        if ended is not None:
-            require(ended, (), f"it runs {holder.mode} alone on an idle GPU")
+        stage.must_be_ready(holder.name, f"it runs {holder.mode} alone on an idle GPU")
     intrusions = [
         intrude(stage, "shared-on-sliced", 0, SM_SHARING, sliced),
         intrude(stage, "sliced-on-shared", 1, TIME_SLICING, shared),

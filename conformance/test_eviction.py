@@ -108,12 +108,6 @@ def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
     )
 
 
-def must_be_ready(stage: Stage, name: str, why: str) -> None:
-    ended = stage.wait_ready(name)
-    if ended is not None:
-        require(ended, (), why)
-
-
 def effects(outcomes: list[Outcome], requests: dict[str, int]) -> dict[str, EvictionEffect]:
     """Each workload's eviction, judged by its effect (``conformance.judgements.eviction_effect``)."""
     return {o.name: eviction_effect(o, requests.get(o.name)) for o in outcomes}
@@ -199,7 +193,7 @@ def test_soft_limit_eviction(suite: Suite) -> None:
         request_mib=request,
         limit_mib=lent_limit,
     )
-    must_be_ready(stage, lender.name, "on an idle GPU it may borrow up to its limit")
+    stage.must_be_ready(lender.name, "on an idle GPU it may borrow up to its limit")
     floor = within(stage.mib(0.5))
     borrower = stage.place(
         "borrower-1",
@@ -207,7 +201,7 @@ def test_soft_limit_eviction(suite: Suite) -> None:
         request_mib=request,
         limit_mib=stage.mib(0.9),
     )
-    must_be_ready(stage, borrower.name, "it may take the GPU's idle memory up to its limit")
+    stage.must_be_ready(borrower.name, "it may take the GPU's idle memory up to its limit")
     claim = stage.mib(0.3)
     asked = within(claim)
     claimant = stage.place("claimant", claimant_plan("claimant", claim, suite), request_mib=claim)
@@ -265,7 +259,7 @@ def test_guarantee_kept(suite: Suite) -> None:
     stage = Stage(suite)
     kept = stage.mib(0.26)
     keeper = stage.place("keeper", holder_plan("keeper", kept), request_mib=kept)
-    must_be_ready(stage, keeper.name, f"it holds {kept} MiB within its own guarantee on an idle GPU")
+    stage.must_be_ready(keeper.name, f"it holds {kept} MiB within its own guarantee on an idle GPU")
     request, lent_limit = stage.mib(0.22), stage.mib(0.4)
     lender = stage.place(
         "borrower-0",
@@ -273,7 +267,7 @@ def test_guarantee_kept(suite: Suite) -> None:
         request_mib=request,
         limit_mib=lent_limit,
     )
-    must_be_ready(stage, lender.name, "it may borrow up to its limit while the GPU has idle memory")
+    stage.must_be_ready(lender.name, "it may borrow up to its limit while the GPU has idle memory")
     # It grows into what the keeper and borrower-0 left (0.34 of the GPU): past its request for sure
     # up to 0.3 (less the headroom), which a Ready one holds whether or not it writes a result.
     floor = within(stage.mib(0.3))
@@ -283,7 +277,7 @@ def test_guarantee_kept(suite: Suite) -> None:
         request_mib=request,
         limit_mib=stage.mib(0.9),
     )
-    must_be_ready(stage, borrower.name, "it may take the GPU's idle memory up to its limit")
+    stage.must_be_ready(borrower.name, "it may take the GPU's idle memory up to its limit")
     # Two borrowers contend for a full GPU, and nobody within a guarantee claims anything: long enough
     # (reaction periods) for an agent that reads a borrower's growth as a claim to have acted.
     contended = hold_s(suite.options, HOLD_S)
@@ -395,7 +389,7 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
     lender = stage.place(
         "borrower-0", lender_plan("borrower-0", request, limit), request_mib=request, limit_mib=limit
     )
-    must_be_ready(stage, lender.name, f"on an idle GPU it may borrow up to its limit of {limit} MiB")
+    stage.must_be_ready(lender.name, f"on an idle GPU it may borrow up to its limit of {limit} MiB")
     # Past its request for sure once Ready, whatever it found beside borrower-0 (half the GPU left).
     floor = within(stage.mib(0.4))
     grower = stage.place(
@@ -404,7 +398,7 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
         request_mib=request,
         limit_mib=limit,
     )
-    must_be_ready(stage, grower.name, "it may take the GPU's idle memory up to its limit")
+    stage.must_be_ready(grower.name, "it may take the GPU's idle memory up to its limit")
     # Both hold, the GPU full: long enough (reaction periods) for an agent that evicts wrongly to act.
     # A borrower kept for tens of seconds (a late reconcile loop) is burst-borrowing's long hold.
     held_s = hold_s(suite.options, HOLD_S)

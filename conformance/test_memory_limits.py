@@ -65,9 +65,9 @@ def test_hard_limit_oom(suite: Suite) -> None:
         ),
         request_mib=guarantee,
     )
-    ended = stage.wait_ready(neighbour.name)
-    if ended is not None:
-        require(ended, (), f"it holds {held} MiB within its own guarantee and limit on an idle GPU")
+    stage.must_be_ready(
+        neighbour.name, f"it holds {held} MiB within its own guarantee and limit on an idle GPU"
+    )
     capped = stage.place(
         "capped",
         plan(

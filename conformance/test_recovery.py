@@ -48,7 +48,7 @@ from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.manifests import placement_annotations
 from fixtures.suite.reaction import reaction_wait_s
-from fixtures.suite.scenario import CONTAINER, Placed, Stage, plan, require
+from fixtures.suite.scenario import CONTAINER, Placed, Stage, plan
 from fixtures.suite.waiting import WaitTimeout, wait_until
 from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary
 
@@ -91,9 +91,7 @@ def test_agent_restart(suite: Suite) -> None:
         request_mib=request,
         limit_mib=limit,
     )
-    ended = stage.wait_ready(capped.name)
-    if ended is not None:
-        require(ended, (), f"it allocates {request} MiB within its guarantee on a GPU with room")
+    stage.must_be_ready(capped.name, f"it allocates {request} MiB within its guarantee on a GPU with room")
     borrower = stage.place(
         "borrower",
         plan(
@@ -106,9 +104,7 @@ def test_agent_restart(suite: Suite) -> None:
         request_mib=stage.mib(0.25),
         limit_mib=stage.mib(0.9),
     )
-    ended = stage.wait_ready(borrower.name)
-    if ended is not None:
-        require(ended, (), "it may take the GPU's idle memory up to its limit")
+    stage.must_be_ready(borrower.name, "it may take the GPU's idle memory up to its limit")
 
     shared = _sm_holder(stage) if modes else None
 
@@ -200,9 +196,7 @@ def _sm_holder(stage: Stage) -> Placed | None:
         return None
     size = stage.mib(0.1)
     shared = stage.place("shared", hold_plan("shared"), request_mib=size, mode=SM_SHARING, slot=1)
-    ended = stage.wait_ready(shared.name)
-    if ended is not None:
-        require(ended, (), "it runs sm-sharing alone on an idle GPU")
+    stage.must_be_ready(shared.name, "it runs sm-sharing alone on an idle GPU")
     return shared
 
 

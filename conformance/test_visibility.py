@@ -297,9 +297,9 @@ def test_smi_visibility(suite: Suite) -> None:
         ),
         request_mib=beside,
     )
-    ended = stage.wait_ready(neighbour.name)
-    if ended is not None:
-        require(ended, (), f"it holds {held} MiB within its own guarantee and limit on an idle GPU")
+    stage.must_be_ready(
+        neighbour.name, f"it holds {held} MiB within its own guarantee and limit on an idle GPU"
+    )
     request, limit = stage.mib(SHARE), stage.mib(LIMIT_SHARE)
     own = stage.mib(OWN_SHARE)  # on its first GPU, well within its request: then nvidia-smi looks
     look = plan("smi", alloc(own), smi())
