@@ -50,8 +50,8 @@ from typing import Any, Final
 from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.suite.scenario import Outcome
 from reports.figures import BOUNDED_BY_LIMIT, bounded_by
+from workloads.plan import MiB
 
-MIB: Final = 1 << 20
 IDEAL: Final = "ideal"
 REAL: Final = "real"
 IDEAL_GRANULARITY_MIB: Final = 1
@@ -182,7 +182,7 @@ def judge_charged(who: str, shown: Mapping[str, Any] | None, limit_mib: int, fou
         return ChargeVerdict(None, None, limit_mib, found_mib, not_judged=f"{who} reported no memory view")
     used = int(shown.get("used") or 0)
     total = int(shown.get("total") or 0)
-    used_mib, total_mib = -(-used // MIB), total // MIB
+    used_mib, total_mib = -(-used // MiB), total // MiB
     if total_mib != limit_mib:
         return ChargeVerdict(
             used_mib,
@@ -193,7 +193,7 @@ def judge_charged(who: str, shown: Mapping[str, Any] | None, limit_mib: int, fou
             f"{limit_mib} MiB: its used memory is not the container's own",
         )
     problem = ""
-    if used > limit_mib * MIB:
+    if used > limit_mib * MiB:
         problem = (
             f"{who} holds {used_mib} MiB on its GPU as the device reports it (used memory after its "
             f"search), {used_mib - limit_mib} MiB above its limit of {limit_mib} MiB, with {found_mib} MiB "
@@ -209,8 +209,8 @@ def search_overran(who: str, search: Mapping[str, Any], limit_mib: int) -> str:
     granted and not charged. Empty for any other search."""
     if search.get("stopped_by") != "above-total":
         return ""
-    held = int(search.get("max_bytes") or 0) // MIB
-    total = int(search.get("device_total") or 0) // MIB
+    held = int(search.get("max_bytes") or 0) // MiB
+    total = int(search.get("device_total") or 0) // MiB
     return (
         f"{who}'s alloc-until-oom step held {held} MiB in {search.get('allocs')} allocations, more than "
         f"its limit of {limit_mib} MiB (the device reports a total of {total} MiB) and never met an "
@@ -315,16 +315,16 @@ def kept_bytes(name: str, held_mib: int, read_back: Mapping[str, Any]) -> str:
     read = int(read_back.get("bytes") or 0)
     if read_back.get("outcome") == "corrupted" or mismatched:
         pieces = ", ".join(
-            f"{int(b.get('mismatched') or 0) / MIB:.1f} of {int(b.get('bytes') or 0) // MIB} MiB on device "
+            f"{int(b.get('mismatched') or 0) / MiB:.1f} of {int(b.get('bytes') or 0) // MiB} MiB on device "
             f"{b.get('device')}"
             for b in read_back.get("bad") or []
         )
         return (
-            f"{name} read back {mismatched / MIB:.1f} MiB of the {held_mib} MiB it wrote differently from "
+            f"{name} read back {mismatched / MiB:.1f} MiB of the {held_mib} MiB it wrote differently from "
             f"what it wrote{f' ({pieces})' if pieces else ''}: its memory was overwritten"
         )
-    if read < held_mib * MIB:
-        return f"{name} read back only {read // MIB} MiB of the {held_mib} MiB it wrote"
+    if read < held_mib * MiB:
+        return f"{name} read back only {read // MiB} MiB of the {held_mib} MiB it wrote"
     return ""
 
 
@@ -371,7 +371,7 @@ def eviction_effect(out: Outcome, request_mib: int | None = None) -> EvictionEff
         return EvictionEffect(True, "killed", f"exit {out.exit_code} ({out.reason})")
     beat = out.step("heartbeat")
     if request_mib is not None and beat.get("used_min"):
-        least = min(int(u) for u in beat["used_min"]) // MIB
+        least = min(int(u) for u in beat["used_min"]) // MiB
         if least <= request_mib and _held_above(out, request_mib):
             return EvictionEffect(True, "memory reclaimed", f"the device counted {least} MiB for it at least")
     return EvictionEffect(False, "none")
@@ -383,7 +383,7 @@ def _held_above(out: Outcome, request_mib: int) -> bool:
         for s in (out.result or {}).get("steps") or []
         if s.get("op") in ("alloc", "alloc-until-oom")
     )
-    return held // MIB > request_mib
+    return held // MiB > request_mib
 
 
 def held_when_ready(out: Outcome, ready_floor_mib: int | None = None) -> int | None:
@@ -400,7 +400,7 @@ def held_when_ready(out: Outcome, ready_floor_mib: int | None = None) -> int | N
     for s in steps:
         op = s.get("op")
         if op == "ready":
-            return (counted if counted is not None else allocated) // MIB
+            return (counted if counted is not None else allocated) // MiB
         if op in ("alloc", "alloc-until-oom"):
             allocated += int(s.get("max_bytes") or s.get("bytes") or 0)
         elif op == "meminfo" and s.get("devices"):
@@ -417,7 +417,7 @@ def claim_figures(out: Outcome, asked_mib: int) -> dict[str, Any]:
     alloc: Mapping[str, Any] = {}
     for s in steps:
         if s.get("op") == "meminfo" and s.get("devices"):
-            free_mib = int(s["devices"][0].get("free") or 0) // MIB
+            free_mib = int(s["devices"][0].get("free") or 0) // MiB
         if s.get("op") == "alloc":
             alloc = s
             break

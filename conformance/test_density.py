@@ -24,9 +24,8 @@ from enforcement.contract import SM_SHARING, TIME_SLICING
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import CheckFailed, Suite, fail
 from fixtures.suite.scenario import Outcome, Stage, plan
-from workloads.plan import alloc, compute, touch
+from workloads.plan import MiB, alloc, compute, touch
 
-MIB: Final = 1 << 20
 SHARE_WITH_MODES: Final = 0.1
 """Each workload's guarantee where the fillers keep it off their GPUs by mode: 1, 2, 4, 8 fit."""
 SHARE_BY_CAPACITY: Final = 0.25
@@ -49,7 +48,7 @@ def reading(count: int, outcomes: list[Outcome], created: dict[str, float], shar
     return {
         "workloads": count,
         "guaranteedMiB": count * share_mib,
-        "heldMiB": sum(int(o.step("alloc").get("bytes") or 0) for o in ok) // MIB,
+        "heldMiB": sum(int(o.step("alloc").get("bytes") or 0) for o in ok) // MiB,
         "kernelsPerS": gpu_rate,
         "kernelsPerSEach": round(sum(rates) / len(rates), 2) if rates else 0.0,
         "startLatencyS": {

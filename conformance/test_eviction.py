@@ -45,9 +45,8 @@ from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.reaction import LONG_BORROW_S, hold_s, reaction_wait_s
 from fixtures.suite.scenario import NotJudged, Outcome, Placed, Stage, plan, require
-from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary, touch
+from workloads.plan import MiB, alloc, heartbeat, meminfo, ready, search_boundary, touch
 
-MIB: Final = 1 << 20
 PRESSURE_WAIT_S: Final = 10.0
 """How long a guaranteed workload retries under pressure (refused, or out of memory as a real GPU
 says it) at least; and at least ``fixtures.suite.reaction.WAIT_PERIODS`` reaction periods."""
@@ -327,7 +326,7 @@ def test_guarantee_kept(suite: Suite) -> None:
     pressure_shown(suite, borrowed, got, within(claim))
     require(held, ("ok",), f"it held {kept} MiB within its guarantee and must keep running")
     beat = held.step("heartbeat")
-    if beat.get("used_min") and min(beat["used_min"]) < within(kept) * MIB:
+    if beat.get("used_min") and min(beat["used_min"]) < within(kept) * MiB:
         raise fail(f"{keeper.name} held {kept} MiB within its guarantee but lost some of it under pressure")
     require(got, ("ok",), f"its {claim} MiB are within its guarantee")
 
@@ -348,8 +347,8 @@ def fill_figures(gpu_mib: int, outcomes: Sequence[Outcome], limit_mib: int) -> d
     fidelity = None
     for out in outcomes:
         devices = out.step("meminfo").get("devices") or []
-        held[out.name] = int(devices[0].get("used") or 0) // MIB if devices else None
-        free_seen[out.name] = int(devices[0].get("free") or 0) // MIB if devices else None
+        held[out.name] = int(devices[0].get("used") or 0) // MiB if devices else None
+        free_seen[out.name] = int(devices[0].get("free") or 0) // MiB if devices else None
         fidelity = fidelity or device_fidelity(out.result)
     counted = [h for h in held.values() if h is not None]
     used = sum(counted) if len(counted) == len(held) else None

@@ -30,9 +30,8 @@ from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import FINISH_S, START_S, Suite, fail
 from fixtures.suite.reaction import LONG_BORROW_S, hold_s, long_hold_s
 from fixtures.suite.scenario import NotJudged, Stage, plan, require
-from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary, touch, verify
+from workloads.plan import MiB, alloc, heartbeat, meminfo, ready, search_boundary, touch, verify
 
-MIB: Final = 1 << 20
 GRANULARITY_MIB: Final = 1
 HOLD_S: Final = 1.0
 BEAT_S: Final = 0.1
@@ -84,7 +83,7 @@ def test_hard_limit_oom(suite: Suite) -> None:
     search = out.step("alloc-until-oom")
     if not search:
         require(out, ("ok",), "alloc-until-oom must run to the boundary and report it")
-    found_mib = int(search.get("max_bytes", 0)) // MIB
+    found_mib = int(search.get("max_bytes", 0)) // MiB
     limit = capped.limit_mib
     oom = search.get("oom") or {}
     terminated = out.status != "ok"
@@ -128,10 +127,10 @@ def test_hard_limit_oom(suite: Suite) -> None:
             f"({(late.result or {}).get('error', {}).get('message') or late.reason})"
         )
     else:
-        if beat.get("used_min") and min(beat["used_min"]) < held * MIB:
+        if beat.get("used_min") and min(beat["used_min"]) < held * MiB:
             problems.append(
                 f"the neighbour {neighbour.name} held {held} MiB but the device counted as little as "
-                f"{min(beat['used_min']) // MIB} MiB for it while its neighbour ran out of memory"
+                f"{min(beat['used_min']) // MiB} MiB for it while its neighbour ran out of memory"
             )
         lost = kept_bytes(f"the neighbour {neighbour.name}", held, read_back)
         if lost:
@@ -197,7 +196,7 @@ def test_hard_limit_each_device(suite: Suite) -> None:
     for ordinal in range(devices):
         search = found.get(ordinal) or {}
         who = f"{capped.name} on its device {ordinal} (GPU {capped.gpus[ordinal]})"
-        found_mib = int(search.get("max_bytes", 0)) // MIB
+        found_mib = int(search.get("max_bytes", 0)) // MiB
         verdict = judge_boundary(found_mib, capped.limit_mib, fidelity, who, search)
         charged = judge_charged(who, shown.get(ordinal), capped.written_limit_mib, found_mib)
         if charged.not_judged:
@@ -271,7 +270,7 @@ def test_burst_borrowing(suite: Suite) -> None:
         else (round(beat["ms"] / 1000, 1) if beat.get("ms") else None)
     )
     shown = out.step("meminfo").get("devices") or []
-    used = int(shown[0].get("used", 0)) // MIB if shown else None
+    used = int(shown[0].get("used", 0)) // MiB if shown else None
     effect = eviction_effect(out)
     suite.evidence.fact(
         "borrowing",

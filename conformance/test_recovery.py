@@ -50,9 +50,8 @@ from fixtures.suite.manifests import placement_annotations
 from fixtures.suite.reaction import reaction_wait_s
 from fixtures.suite.scenario import CONTAINER, Placed, Stage, plan
 from fixtures.suite.waiting import WaitTimeout, wait_until
-from workloads.plan import alloc, heartbeat, meminfo, ready, search_boundary
+from workloads.plan import MiB, alloc, heartbeat, meminfo, ready, search_boundary
 
-MIB: Final = 1 << 20
 BEAT_S: Final = 0.1
 PRESSURE_WAIT_S: Final = 15.0
 
@@ -138,7 +137,7 @@ def test_agent_restart(suite: Suite) -> None:
     problems = []
     beat = kept.step("heartbeat")
     search = kept.step("alloc-until-oom")
-    kept_found = within(request) + int(search.get("max_bytes", 0)) // MIB
+    kept_found = within(request) + int(search.get("max_bytes", 0)) // MiB
     kept_verdict = judge_boundary(kept_found, limit, device_fidelity(kept.result), capped.name, search)
     shown = kept.step("meminfo").get("devices") or []
     charged = judge_charged(capped.name, shown[0] if shown else None, capped.written_limit_mib, kept_found)
@@ -174,7 +173,7 @@ def test_agent_restart(suite: Suite) -> None:
         )
     else:
         claimed = got.step("alloc-until-oom")
-        found = int(claimed.get("max_bytes", 0)) // MIB + within(claim)
+        found = int(claimed.get("max_bytes", 0)) // MiB + within(claim)
         verdict = judge_boundary(found, claim_limit, device_fidelity(got.result), claimant.name, claimed)
         facts["claimant"] = verdict.as_fact()
         if not verdict.ok:

@@ -32,11 +32,10 @@ from enforcement.implementations import MECHANISMS, NodePart, builtins, referenc
 from fixtures.suite.checks import Needs, check
 from fixtures.suite.frame import Suite, fail
 from fixtures.suite.scenario import Placed, Stage, plan, require
-from workloads.plan import alloc, cuda_devices, heartbeat, meminfo, read_env, ready, smi
+from workloads.plan import MiB, alloc, cuda_devices, heartbeat, meminfo, read_env, ready, smi
 from workloads.simwire import SIM_TOKEN_ENV
 
 SHARE: Final = 0.25
-MIB: Final = 1024 * 1024
 LIMIT_SHARE: Final = 0.3
 OWN_SHARE: Final = 0.1
 """What a container allocates before its nvidia-smi looks (well within its request)."""
@@ -382,7 +381,7 @@ def test_cuda_visibility(suite: Suite) -> None:
     out = stage.wait_ended(placed.name)
     require(out, ("ok",), "it only reads the devices CUDA reports")
     devices = out.step("meminfo").get("devices") or []
-    totals = [int(d.get("total") or 0) // MIB for d in devices]
+    totals = [int(d.get("total") or 0) // MiB for d in devices]
     listed = out.step("cuda-devices").get("devices") or []
     uuids = [str(d.get("uuid") or "") for d in listed]
     suite.evidence.fact(
@@ -393,7 +392,7 @@ def test_cuda_visibility(suite: Suite) -> None:
                     "i": d.get("i"),
                     "uuid": d.get("uuid"),
                     "name": d.get("name"),
-                    "totalMiB": int(d.get("total") or 0) // MIB,
+                    "totalMiB": int(d.get("total") or 0) // MiB,
                 }
                 for d in listed
             ],
@@ -413,7 +412,7 @@ def test_cuda_visibility(suite: Suite) -> None:
     assigned = sorted(placed.gpus)
     if len(listed) != len(placed.gpus) or sorted(uuids) != assigned:
         unassigned = [
-            f"{u} ({int(d.get('total') or 0) // MIB} MiB)"
+            f"{u} ({int(d.get('total') or 0) // MiB} MiB)"
             for u, d in zip(uuids, listed, strict=True)
             if u not in assigned
         ]

@@ -39,8 +39,8 @@ from fractions import Fraction
 from typing import Final
 
 from enforcement.rules import ContractError
+from workloads.plan import MiB as MIB
 
-MIB: Final[int] = 1024 * 1024
 MAX_BYTES: Final[int] = 2**63 - 1
 MAX_LENGTH: Final[int] = 64
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from reports.model import CheckResult, RunRecord
+from workloads.plan import MiB
 
-MIB: Final = 1 << 20
 MODE_SUFFIX: Final = ".gpu-compute.mode"
 LIMIT_SUFFIX: Final = ".gpu-memory.limit"
 REQUEST_SUFFIX: Final = ".gpu-memory.request"
@@ -196,7 +196,7 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
             )
         )
     elif "limit_bytes" in f and "max_allocated_bytes" in f:
-        out.append(Boundary("probe", f["limit_bytes"] / MIB, max(0, f["max_allocated_bytes"]) / MIB))
+        out.append(Boundary("probe", f["limit_bytes"] / MiB, max(0, f["max_allocated_bytes"]) / MiB))
     if out:
         return out
     pod_info = pods(record, result)
@@ -206,7 +206,7 @@ def boundaries(record: RunRecord | None, result: CheckResult) -> list[Boundary]:
                 _annotation(pod_info.get(name, {}), REQUEST_SUFFIX)
             )
             if limit is not None and step.get("max_bytes") is not None:
-                out.append(Boundary(name, limit, int(step["max_bytes"]) / MIB, bounded_by(step)))
+                out.append(Boundary(name, limit, int(step["max_bytes"]) / MiB, bounded_by(step)))
     return out
 
 

@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 MiB = 1 << 20
+"""One mebibyte: the unit every size in gpuconf is counted in (the one definition of it)."""
 
 _UNITS = {
     "": 1,

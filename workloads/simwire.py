@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from .plan import MiB as MiB  # the one definition; re-exported for the wire's users
+
 # Environment of a simulated container. The node agent injects both; nothing else names them.
 SIM_SOCKET_ENV = "GPUCONF_SIM_SOCKET"  # path of the node's client socket
 SIM_TOKEN_ENV = "GPUCONF_SIM_TOKEN"  # the token the node side issued when it attached this container
@@ -41,7 +43,6 @@ PROTOCOL_VERSION = 1
 # a broken or hostile peer, and reading it whole would let one client exhaust the server's memory.
 MAX_LINE_BYTES = 4 << 20
 
-MiB = 1 << 20
 
 COMPUTE_MODES = ("time-slicing", "sm-sharing")
 

@@ -26,13 +26,13 @@ from conformance.judgements import (
     kept_bytes,
     within,
 )
+from workloads.plan import MiB
 
 if TYPE_CHECKING:
     from enforcement.contract import Mode
     from fixtures.suite.checks import Check
 
 from conformance.probe.session import (
-    MIB,
     PRESSURE_RETRY_S,
     WORKLOAD_TIMEOUT_S,
     CheckFailed,
@@ -88,14 +88,14 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
 
     cap = s.capacity_mib
     request, limit = max(1, cap // 8), max(2, cap // 4)
-    gran = MIB if s.simulated else 64 * MIB
+    gran = MiB if s.simulated else 64 * MiB
     held = max(1, cap // 8)
     n_pod, n_adj = s.admit(_placement(held, held), "neighbour")
     _refused(n_adj)
     n_plan = {
         "name": "neighbour",
         "steps": [
-            {"op": "alloc", "bytes": within(held) * MIB},  # the headroom a real GPU's context needs
+            {"op": "alloc", "bytes": within(held) * MiB},  # the headroom a real GPU's context needs
             {"op": "touch"},
             {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
             # Every byte it held, as the suite's check judges it: read back what the touch wrote (a
@@ -109,20 +109,20 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
     _refused(adj)
     plan = {
         "name": "hard-limit",
-        "steps": [{"op": "alloc-until-oom", "granularity": gran, "limit": 2 * limit * MIB}],
+        "steps": [{"op": "alloc-until-oom", "granularity": gran, "limit": 2 * limit * MiB}],
     }
     run = s.finish(s.run(pod, adj, plan), "hard-limit")
     step = _step(run.result, "alloc-until-oom")
     got = int(step.get("max_bytes", -1))
     oom = step.get("oom") or {}
     evidence = {
-        "limit_bytes": limit * MIB,
+        "limit_bytes": limit * MiB,
         "max_allocated_bytes": got,
         "stopped_by": step.get("stopped_by"),
         "oom": oom,
         "exit_code": run.exit_code,
     }
-    verdict = judge_boundary(got // MIB, limit, "ideal" if s.simulated else "real", search=step)
+    verdict = judge_boundary(got // MiB, limit, "ideal" if s.simulated else "real", search=step)
     evidence["boundary"] = verdict.as_fact()
     time.sleep(0.3)  # a few of the neighbour's heartbeats after the out-of-memory
     neighbour.proc.send_signal(signal.SIGTERM)
@@ -133,27 +133,27 @@ def check_hard_limit(s: Session) -> tuple[str, dict[str, Any]]:
     evidence["neighbour"] = {
         "status": n_run.result.get("status"),
         "heartbeat": beat,
-        "held_bytes": within(held) * MIB,
+        "held_bytes": within(held) * MiB,
         "read_back": {k: read_back.get(k) for k in ("outcome", "bytes", "mismatched", "bad")},
         "kept_every_byte": bool(read_back) and not lost,
     }
     # "corrupted" is the read-back's own verdict after a heartbeat that ran to the signal: judged below.
     if n_run.result.get("status") not in ("ok", "corrupted") or beat.get("ended_by") != "signal":
         raise CheckFailed(f"the neighbour did not keep running: {n_run.result.get('status')}", evidence)
-    if beat.get("used_min") and min(beat["used_min"]) < within(held) * MIB:
+    if beat.get("used_min") and min(beat["used_min"]) < within(held) * MiB:
         raise CheckFailed("the neighbour lost memory it held while its neighbour ran out of memory", evidence)
     if lost:
         raise CheckFailed(f"{lost} while its neighbour ran into its limit beside it", evidence)
     if step.get("stopped_by") != "oom":
         raise CheckFailed(
-            f"no OOM: allocated {got // MIB} MiB against a limit of {limit} MiB "
+            f"no OOM: allocated {got // MiB} MiB against a limit of {limit} MiB "
             f"(stopped by {step.get('stopped_by') or run.result.get('status')})",
             evidence,
         )
     if not verdict.ok:
-        raise CheckFailed(f"OOM at {got / MIB:.0f} MiB, not at the limit: {verdict.problem}", evidence)
+        raise CheckFailed(f"OOM at {got / MiB:.0f} MiB, not at the limit: {verdict.problem}", evidence)
     return (
-        f"OOM at {got / MIB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')}); "
+        f"OOM at {got / MiB:.0f} MiB = limit {limit} MiB ({oom.get('error_type', '?')}); "
         f"neighbour kept every byte of its {within(held)} MiB",
         evidence,
     )
@@ -172,7 +172,7 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     plan = {
         "name": "borrowing",
         "steps": [
-            {"op": "alloc", "bytes": burst * MIB, "chunk": max(1, burst // 4) * MIB},
+            {"op": "alloc", "bytes": burst * MiB, "chunk": max(1, burst // 4) * MiB},
             {"op": "touch"},
             # Long enough for an agent that evicts wrongly to have done it: reaction periods.
             {"op": "heartbeat", "interval": 0.2, "seconds": held_s},
@@ -185,7 +185,7 @@ def check_borrowing(s: Session) -> tuple[str, dict[str, Any]]:
     evidence = {
         "request_mib": request,
         "limit_mib": limit,
-        "allocated_mib": int(alloc.get("bytes", 0)) // MIB,
+        "allocated_mib": int(alloc.get("bytes", 0)) // MiB,
         "hold_s": held_s,
         "status": run.result.get("status"),
         "exit_code": run.exit_code,
@@ -225,7 +225,7 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
     b_plan = {
         "name": "borrower",
         "steps": [
-            {"op": "alloc", "bytes": borrow * MIB, "chunk": max(1, cap // 16) * MIB},
+            {"op": "alloc", "bytes": borrow * MiB, "chunk": max(1, cap // 16) * MiB},
             {"op": "heartbeat", "interval": 0.2, "until_signal": "SIGTERM"},
         ],
     }
@@ -236,8 +236,8 @@ def check_pressure_eviction(s: Session) -> tuple[str, dict[str, Any]]:
         "steps": [
             {
                 "op": "alloc",
-                "bytes": within(g_request) * MIB,
-                "chunk": max(1, g_request // 4) * MIB,
+                "bytes": within(g_request) * MiB,
+                "chunk": max(1, g_request // 4) * MiB,
                 "retry_on_pressure": PRESSURE_RETRY_S,
                 "retry_on_oom": PRESSURE_RETRY_S,  # a real GPU says out-of-memory until the eviction lands
                 "retry_interval": 0.05,
@@ -370,7 +370,7 @@ def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
     n_plan = {
         "name": "neighbour",
         "steps": [
-            {"op": "alloc", "bytes": held * MIB},
+            {"op": "alloc", "bytes": held * MiB},
             {"op": "heartbeat", "interval": 0.1, "until_signal": "SIGTERM"},
         ],
     }
@@ -378,7 +378,7 @@ def check_visibility(s: Session) -> tuple[str, dict[str, Any]]:
     neighbour.wait_for("heartbeat 1", WORKLOAD_TIMEOUT_S, or_exit=True)
     pod, adj = s.admit(_placement(request, limit, devices))
     _refused(adj)
-    steps: list[dict[str, Any]] = [{"op": "alloc", "bytes": own * MIB}, {"op": "meminfo"}]
+    steps: list[dict[str, Any]] = [{"op": "alloc", "bytes": own * MiB}, {"op": "meminfo"}]
     has_smi = shutil.which("nvidia-smi", path=s.env(adj.env).get("PATH")) is not None
     if has_smi:
         steps.append({"op": "smi", "expect": "any"})
@@ -437,8 +437,8 @@ def check_release(s: Session) -> tuple[str, dict[str, Any]]:
     size = max(1, int(s.capacity_mib * SHARE))
     held = within(size)
     ends = {
-        "exits": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}],
-        "dies": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}, {"op": "fault"}],
+        "exits": [{"op": "alloc", "bytes": held * MiB}, {"op": "touch"}],
+        "dies": [{"op": "alloc", "bytes": held * MiB}, {"op": "touch"}, {"op": "fault"}],
     }
     statuses = {"exits": "ok", "dies": "fault-injected"}
     evidence: dict[str, Any] = {"gpu_mib": s.capacity_mib, "request_mib": size}
@@ -455,7 +455,7 @@ def check_release(s: Session) -> tuple[str, dict[str, Any]]:
         # The other mode: a GPU that still counts the old (time-slicing) container refuses it.
         name = f"after-{how}"
         after, a_adj = s.admit(_placement(size, size, mode="sm-sharing"), name)
-        plan = {"name": name, "steps": [{"op": "alloc", "bytes": held * MIB}, {"op": "touch"}]}
+        plan = {"name": name, "steps": [{"op": "alloc", "bytes": held * MiB}, {"op": "touch"}]}
         a_run = s.finish(s.run(after, a_adj, plan), name) if a_adj.allowed else None
         alloc = _step(a_run.result, "alloc") if a_run else {}
         evidence[how] = {

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from enforcement.backends import Backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MIB = 1 << 20
 WORKLOAD_TIMEOUT_S = 120.0
 PRESSURE_RETRY_S = 10.0
 

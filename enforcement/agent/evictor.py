@@ -39,7 +39,8 @@ from typing import Any, Literal
 from enforcement.agent import kube as k
 from enforcement.agent.handler import AgentCore
 from enforcement.agent.options import LATE_EVICTION_S
-from enforcement.backends import MIB, BackendUnavailable, GpuPressure, Usage
+from enforcement.backends import BackendUnavailable, GpuPressure, Usage
+from workloads.plan import MiB
 
 FULL_SHARE = 0.02
 """The fault ``evict-guaranteed-for-borrower`` counts a GPU with less than this share free as filled
@@ -223,7 +224,7 @@ def victims_over_long(
 
 
 def _mib(n: int) -> str:
-    return f"{n / MIB:.0f} MiB" if n % MIB == 0 or n >= 10 * MIB else f"{n} bytes"
+    return f"{n / MiB:.0f} MiB" if n % MiB == 0 or n >= 10 * MiB else f"{n} bytes"
 
 
 class Evictor:

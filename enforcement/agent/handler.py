@@ -56,7 +56,6 @@ from enforcement.agent.registry import (
     ref_from_labels,
 )
 from enforcement.backends import (
-    MIB,
     AttachRefused,
     Backend,
     BackendError,
@@ -79,6 +78,7 @@ from enforcement.contract import (
     resolve_device,
 )
 from enforcement.hook import REASON_CONFIG_ERROR, Adjustment, ContainerRef, PluginStatus, RunningContainer
+from workloads.plan import MiB
 
 REASON_PLUGIN_MISSING = "NRIPluginNotRegistered"
 """The node condition's reason while the NRI plugin is not registered with the container runtime."""
@@ -377,9 +377,9 @@ class AgentCore:
                 and value.isascii()
                 and value.isdigit()
                 and len(value) < 8
-                and 0 < int(value) < MIB
+                and 0 < int(value) < MiB
             ):
-                annotations[key] = f"{-(-int(value) // MIB)}Mi"
+                annotations[key] = f"{-(-int(value) // MiB)}Mi"
         # Seeded fault: a present but blank mode is read as an absent one (time-slicing), as an older
         # operator version did, instead of being refused as malformed (mode-word).
         mode_key = nvidia_key(container, SUFFIX_MODE)
@@ -574,8 +574,8 @@ class AgentCore:
             portion = None
         fraction = Fraction(
             container=ref.container,
-            request_mib=-(-first.guarantee_bytes // MIB),
-            limit_mib=-(-first.hard_limit_bytes // MIB),
+            request_mib=-(-first.guarantee_bytes // MiB),
+            limit_mib=-(-first.hard_limit_bytes // MiB),
             mode="sm-sharing" if client.mode == "sm-sharing" else "time-slicing",
             devices=tuple(g.uuid for g in client.gpus),
             portion=portion,

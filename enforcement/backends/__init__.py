@@ -55,8 +55,6 @@ __all__ = [
     "client_usage",
 ]
 
-MIB = 1 << 20
-
 
 # ---- errors
 

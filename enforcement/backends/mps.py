@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from workloads.plan import MiB
+
 from . import (
-    MIB,
     Attachment,
     AttachRefused,
     BackendUnavailable,
@@ -68,7 +69,7 @@ STATE_FILE = "clients.json"
 PIPE_SUBDIR = {"time-slicing": "default", "sm-sharing": "sm-sharing"}
 # NVML counts a process's CUDA context in its usage; MPS's pinned limit counts allocations only.
 # Allowed on top of the hard limit before a client is called over its limit (unenforced case).
-CONTEXT_ALLOWANCE_BYTES = 512 * MIB
+CONTEXT_ALLOWANCE_BYTES = 512 * MiB
 RESTART_BACKOFF_S = 5.0
 _N = TypeVar("_N", int, float)
 _PerClientGpu = dict[tuple[str, str], _N]
@@ -424,7 +425,7 @@ class MpsBackend:
     # ---- Backend
 
     def gpus(self) -> tuple[GpuInfo, ...]:
-        return tuple(GpuInfo(g.index, g.uuid, g.name, g.total_bytes // MIB) for g in self._nvml.gpus())
+        return tuple(GpuInfo(g.index, g.uuid, g.name, g.total_bytes // MiB) for g in self._nvml.gpus())
 
     def pipe_directory(self, mode: str) -> str:
         return str(self.root / PIPE_SUBDIR.get(mode, PIPE_SUBDIR["time-slicing"]))
@@ -556,7 +557,7 @@ class MpsBackend:
         for g in gpus:
             total, in_use, free = self._nvml.memory(g.index)
             on_gpu = [c for c in clients.values() if any(d.gpu == g.uuid for d in c.gpus)]
-            guaranteed = sum(d.guarantee_mib * MIB for c in on_gpu for d in c.gpus if d.gpu == g.uuid)
+            guaranteed = sum(d.guarantee_mib * MiB for c in on_gpu for d in c.gpus if d.gpu == g.uuid)
             mode = on_gpu[0].mode if on_gpu else None
             gpu_usage.append(GpuUsage(g.index, g.uuid, total, in_use, free, guaranteed, mode))
         return Usage(
@@ -572,8 +573,8 @@ class MpsBackend:
                             d.gpu,
                             ordinal,
                             used.get((c.name, d.gpu), 0),
-                            d.hard_limit_mib * MIB,
-                            d.guarantee_mib * MIB,
+                            d.hard_limit_mib * MiB,
+                            d.guarantee_mib * MiB,
                             sm.get((c.name, d.gpu)),
                         )
                         for ordinal, d in enumerate(c.gpus)
@@ -597,8 +598,8 @@ class MpsBackend:
             for c, d in shares:
                 u, guarantee, hard = (
                     used.get((c.name, g.uuid), 0),
-                    d.guarantee_mib * MIB,
-                    d.hard_limit_mib * MIB,
+                    d.guarantee_mib * MiB,
+                    d.hard_limit_mib * MiB,
                 )
                 if u < guarantee:
                     outstanding += guarantee - u

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-MiB: Final = 1 << 20
+from workloads.plan import MiB
 
 IDEAL: Final = "ideal"
 H200: Final = "h200"

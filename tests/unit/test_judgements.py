@@ -266,20 +266,20 @@ def test_kernel_rates_over_several_steps() -> None:
 
 
 def test_kept_bytes_wants_every_written_byte_read_back_as_written() -> None:
-    whole = {"op": "verify", "outcome": "ok", "bytes": 256 * j.MIB, "mismatched": 0, "bad": []}
+    whole = {"op": "verify", "outcome": "ok", "bytes": 256 * j.MiB, "mismatched": 0, "bad": []}
     assert j.kept_bytes("n", 256, whole) == ""
     scrubbed = {
         "op": "verify",
         "outcome": "corrupted",
-        "bytes": 256 * j.MIB,
-        "mismatched": 64 * j.MIB,
-        "bad": [{"label": "", "device": 0, "bytes": 256 * j.MIB, "mismatched": 64 * j.MIB}],
+        "bytes": 256 * j.MiB,
+        "mismatched": 64 * j.MiB,
+        "bad": [{"label": "", "device": 0, "bytes": 256 * j.MiB, "mismatched": 64 * j.MiB}],
     }
     assert "read back 64.0 MiB of the 256 MiB it wrote differently" in j.kept_bytes("n", 256, scrubbed)
     assert "64.0 of 256 MiB on device 0" in j.kept_bytes("n", 256, scrubbed)
     assert "never read back" in j.kept_bytes("n", 256, {})
     assert "could not read back" in j.kept_bytes("n", 256, {"outcome": "gone", "message": "evicted"})
-    assert "only 128 MiB" in j.kept_bytes("n", 256, {**whole, "bytes": 128 * j.MIB})
+    assert "only 128 MiB" in j.kept_bytes("n", 256, {**whole, "bytes": 128 * j.MiB})
 
 
 def test_searches_by_device_keeps_each_devices_own_search() -> None:
