@@ -46,8 +46,10 @@ def test_the_recorded_runs_cover_every_outcome_and_profile() -> None:
     assert outcomes == set(OUTCOMES)
     profiles = {r.profile for name in NAMES for r in load(name).results}
     assert profiles == {"scheduler", "node", "stack", "probe"}
-    # a real sandbox run whole (sandbox-scheduler, for certification) is most of it
-    assert sum(p.stat().st_size for p in RUNS.rglob("*") if p.is_file()) < 500_000
+    # a real sandbox run whole (sandbox-scheduler, for certification) is most of it: about 450 KB of
+    # its 690 KB since the scheduler checks of issue 32 stage more Pods (three not-ready nodes, busy
+    # GPUs, one author-named Pod per GPU), each with its timeline
+    assert sum(p.stat().st_size for p in RUNS.rglob("*") if p.is_file()) < 800_000
 
 
 def test_a_moved_run_finds_its_evidence_files() -> None:
