@@ -107,6 +107,29 @@ def claimant_plan(name: str, size: int, suite: Suite) -> dict[str, Any]:
     )
 
 
+def two_borrowers(
+    stage: Stage, request: int, lent_limit: int, floor: int, *, grown_limit: int, lender_why: str
+) -> tuple[Placed, Placed]:
+    """Two borrowers side by side, each Ready before the scenario goes on: ``borrower-0`` at its limit
+    of ``lent_limit`` MiB (less the headroom), ``borrower-1`` growing into every idle byte up to
+    ``grown_limit``, holding at least ``floor`` MiB in all once Ready."""
+    lender = stage.place(
+        "borrower-0",
+        lender_plan("borrower-0", request, lent_limit),
+        request_mib=request,
+        limit_mib=lent_limit,
+    )
+    stage.must_be_ready(lender.name, lender_why)
+    grower = stage.place(
+        "borrower-1",
+        borrower_plan(stage, request, "borrower-1", floor),
+        request_mib=request,
+        limit_mib=grown_limit,
+    )
+    stage.must_be_ready(grower.name, "it may take the GPU's idle memory up to its limit")
+    return lender, grower
+
+
 def effects(outcomes: list[Outcome], requests: dict[str, int]) -> dict[str, EvictionEffect]:
     """Each workload's eviction, judged by its effect (``conformance.judgements.eviction_effect``)."""
     return {o.name: eviction_effect(o, requests.get(o.name)) for o in outcomes}
@@ -186,21 +209,15 @@ def test_soft_limit_eviction(suite: Suite) -> None:
     request, lent_limit = stage.mib(0.25), stage.mib(0.45)
     # Two borrowers, each of which alone holds more than the claimant needs: one at its limit, one
     # with every idle byte left (at least as much past its request).
-    lender = stage.place(
-        "borrower-0",
-        lender_plan("borrower-0", request, lent_limit),
-        request_mib=request,
-        limit_mib=lent_limit,
-    )
-    stage.must_be_ready(lender.name, "on an idle GPU it may borrow up to its limit")
     floor = within(stage.mib(0.5))
-    borrower = stage.place(
-        "borrower-1",
-        borrower_plan(stage, request, "borrower-1", floor),
-        request_mib=request,
-        limit_mib=stage.mib(0.9),
+    lender, borrower = two_borrowers(
+        stage,
+        request,
+        lent_limit,
+        floor,
+        grown_limit=stage.mib(0.9),
+        lender_why="on an idle GPU it may borrow up to its limit",
     )
-    stage.must_be_ready(borrower.name, "it may take the GPU's idle memory up to its limit")
     claim = stage.mib(0.3)
     asked = within(claim)
     claimant = stage.place("claimant", claimant_plan("claimant", claim, suite), request_mib=claim)
@@ -260,23 +277,17 @@ def test_guarantee_kept(suite: Suite) -> None:
     keeper = stage.place("keeper", holder_plan("keeper", kept), request_mib=kept)
     stage.must_be_ready(keeper.name, f"it holds {kept} MiB within its own guarantee on an idle GPU")
     request, lent_limit = stage.mib(0.22), stage.mib(0.4)
-    lender = stage.place(
-        "borrower-0",
-        lender_plan("borrower-0", request, lent_limit),
-        request_mib=request,
-        limit_mib=lent_limit,
-    )
-    stage.must_be_ready(lender.name, "it may borrow up to its limit while the GPU has idle memory")
-    # It grows into what the keeper and borrower-0 left (0.34 of the GPU): past its request for sure
-    # up to 0.3 (less the headroom), which a Ready one holds whether or not it writes a result.
+    # borrower-1 grows into what the keeper and borrower-0 left (0.34 of the GPU): past its request for
+    # sure up to 0.3 (less the headroom), which a Ready one holds whether or not it writes a result.
     floor = within(stage.mib(0.3))
-    borrower = stage.place(
-        "borrower-1",
-        borrower_plan(stage, request, "borrower-1", floor),
-        request_mib=request,
-        limit_mib=stage.mib(0.9),
+    lender, borrower = two_borrowers(
+        stage,
+        request,
+        lent_limit,
+        floor,
+        grown_limit=stage.mib(0.9),
+        lender_why="it may borrow up to its limit while the GPU has idle memory",
     )
-    stage.must_be_ready(borrower.name, "it may take the GPU's idle memory up to its limit")
     # Two borrowers contend for a full GPU, and nobody within a guarantee claims anything: long enough
     # (reaction periods) for an agent that reads a borrower's growth as a claim to have acted.
     contended = hold_s(suite.options, HOLD_S)
@@ -385,19 +396,17 @@ def test_no_eviction_without_pressure(suite: Suite) -> None:
     # the GPU is full, and nobody within a guarantee asks for anything. Pressure is a guarantee that
     # cannot be met (docs/contract.md §6), not a GPU without free memory.
     request, limit = stage.mib(0.25), stage.mib(FULL_SHARE)
-    lender = stage.place(
-        "borrower-0", lender_plan("borrower-0", request, limit), request_mib=request, limit_mib=limit
-    )
-    stage.must_be_ready(lender.name, f"on an idle GPU it may borrow up to its limit of {limit} MiB")
-    # Past its request for sure once Ready, whatever it found beside borrower-0 (half the GPU left).
+    # borrower-1 is past its request for sure once Ready, whatever it found beside borrower-0 (half
+    # the GPU left).
     floor = within(stage.mib(0.4))
-    grower = stage.place(
-        "borrower-1",
-        borrower_plan(stage, request, "borrower-1", floor),
-        request_mib=request,
-        limit_mib=limit,
+    lender, grower = two_borrowers(
+        stage,
+        request,
+        limit,
+        floor,
+        grown_limit=limit,
+        lender_why=f"on an idle GPU it may borrow up to its limit of {limit} MiB",
     )
-    stage.must_be_ready(grower.name, "it may take the GPU's idle memory up to its limit")
     # Both hold, the GPU full: long enough (reaction periods) for an agent that evicts wrongly to act.
     # A borrower kept for tens of seconds (a late reconcile loop) is burst-borrowing's long hold.
     held_s = hold_s(suite.options, HOLD_S)

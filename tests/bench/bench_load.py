@@ -35,7 +35,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fixtures.sandbox.controlplane import Ports, Sandbox, SandboxConfig  # noqa: E402
 from tests.repeat import hog_command, start_hog, stop  # noqa: E402
 
 CONDITIONS = ("idle", "loaded")
@@ -56,18 +55,12 @@ def condition(name: str, hog: int) -> Iterator[None]:
 
 def suite_outcomes(fidelity: str, work: Path, checks: Sequence[str]) -> dict[str, Any]:
     """Every check's outcome of one whole run against the reference stack, on a sandbox of its own."""
+    from bench_suite import reference_sandbox  # beside this script
+
     from conformance.mutate import reaction_period
     from fixtures.sandbox.scheduler.component import SANDBOX_RETRY_S
 
-    box = Sandbox(
-        SandboxConfig(
-            state_dir=work / "sandbox",
-            ports=Ports.free(),
-            schedulers=("reference",),
-            node_runtime=True,
-            fidelity=fidelity,
-        )
-    )
+    box = reference_sandbox(work, fidelity)
     box.up(log=log)
     try:
         out = work / "run"

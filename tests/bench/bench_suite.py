@@ -43,6 +43,19 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def reference_sandbox(work: Path, fidelity: str) -> Sandbox:
+    """A sandbox as ``gpuconf sandbox up`` makes it (the reference scheduler, and per node the
+    simulated device, the reference agent and the simulated kubelet), on free ports under ``work``."""
+    config = SandboxConfig(
+        state_dir=work / "sandbox",
+        ports=Ports.free(),
+        schedulers=("reference",),
+        node_runtime=True,
+        fidelity=fidelity,
+    )
+    return Sandbox(config)
+
+
 def one_run(
     kubeconfig: Path, out: Path, workers: int, checks: list[str], fidelity: str = "ideal"
 ) -> dict[str, Any]:
@@ -102,15 +115,7 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="gsuite-", dir="/tmp") as tmp:
         work = Path(tmp)
-        box = Sandbox(
-            SandboxConfig(
-                state_dir=work / "sandbox",
-                ports=Ports.free(),
-                schedulers=("reference",),
-                node_runtime=True,
-                fidelity=args.fidelity,
-            )
-        )
+        box = reference_sandbox(work, args.fidelity)
         started = time.monotonic()
         box.up(log=log)
         figures["sandbox_up_s"] = round(time.monotonic() - started, 1)
