@@ -494,8 +494,13 @@ class Runner:
         ceiling = step.limit if device_total is None else device_total + gran
         while True:
             if ceiling is not None and total + chunk > ceiling:
-                chunk = (ceiling - total) // gran * gran
+                # Halve down to what still fits under the ceiling: the pieces stay powers of two of the
+                # granule, as in the rest of the search. A piece cut to the exact remainder (an odd
+                # number of granules) costs a whole page more where the device rounds up to pages, so
+                # the search found less than the device allows (4 MiB less on the simulated H200).
                 growing = False
+                while chunk >= gran and total + chunk > ceiling:
+                    chunk = chunk // 2 // gran * gran
                 if chunk < gran:
                     stopped_by = "limit" if device_total is None or total <= device_total else "above-total"
                     break

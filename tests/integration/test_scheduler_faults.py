@@ -465,6 +465,65 @@ def test_place_on_retry(cluster: Pods, sandbox: Sandbox) -> None:
     assert gpu_rules(sandbox, [*fills, late]) == ["gpu-overcommit"]
 
 
+def test_refuse_only_not_ready_false(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "refuse-only-not-ready-false")
+    core, kind = sandbox.core_v1(), "gpu-fractioning.nvidia.com/Ready"
+    # Neither node's condition is True (Unknown: the operator's controller stopped), so a correct
+    # scheduler places the fraction nowhere; this one takes anything but an explicit False as ready.
+    with node_condition(core, "gpu-a-0", kind, "Unknown"), node_condition(core, "gpu-a-1", kind, "Unknown"):
+        pods.create("p", {"gpu-fraction": "0.5"})
+        assert pods.bound("p")["spec"]["nodeName"] in ("gpu-a-0", "gpu-a-1")
+
+
+def test_trust_compatible_pod_devices(cluster: Pods, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "trust-compatible-pod-devices")
+    own = gpu["gpu-a-1"][3]  # an empty GPU (room, no mode yet), where binpacking puts no first Pod
+    pods.create("p", {"gpu-memory": "1000", nv("main", "gpus.devices"): own})
+    p = pods.bound("p")
+    assert (p["spec"]["nodeName"], devices(p)) == ("gpu-a-1", own)
+    assert pods.events("p", "UntrustedDevices") == []
+    pods.create("sm", {"gpu-memory": "1000", **SM})
+    sm = pods.bound("sm")
+    pods.create("q", {"gpu-memory": "1000", nv("main", "gpus.devices"): devices(sm)})  # room, the other mode
+    assert devices(pods.bound("q")) != devices(sm)  # not kept where the mode does not fit
+
+
+def test_limit_to_unguaranteed(cluster: Pods) -> None:
+    pods = under(cluster, "limit-to-unguaranteed")
+    pods.create("big", {"gpu-memory": "100000"})
+    big = pods.bound("big")
+    pods.create("p", {"gpu-memory": "1000", "gpu-memory.limit": "80Gi"})  # binpacked beside big
+    p = pods.bound("p")
+    assert devices(p) == devices(big)
+    written = p["metadata"]["annotations"]
+    # The author's limit is 81920 MiB; the GPU has 143771 - 100000 = 43771 MiB left unguaranteed.
+    assert (written[nv("main", "gpu-memory.request")], written[nv("main", "gpu-memory.limit")]) == (
+        "1000Mi",
+        "43771Mi",
+    )
+
+
+def test_mode_check_last_device(cluster: Pods, sandbox: Sandbox) -> None:
+    pods = under(cluster, "mode-check-last-device")
+    pods.create("sm", {"gpu-memory": "2000", **SM})
+    sm = pods.bound("sm")
+    pods.create("pair", {"gpu-memory": "1000", "gpu-fraction-num-devices": "2", **TS})
+    pair = pods.bound("pair")  # its GPUs in packing order: the sm-sharing one first, an empty one last
+    assert pair["spec"]["nodeName"] == sm["spec"]["nodeName"]
+    assert devices(sm) in devices(pair).split(",")
+    assert gpu_rules(sandbox, [sm, pair]) == ["mode-mixing"]
+
+
+def test_devices_as_indices(cluster: Pods, gpu: dict[str, list[str]]) -> None:
+    pods = under(cluster, "devices-as-indices")
+    pods.create("p", {"gpu-memory": "1000", "gpu-fraction-num-devices": "2"})
+    p = pods.bound("p")
+    written = devices(p).split(",")
+    # Indices, where the reference scheduler's description declares UUIDs (devicesForm: uuid).
+    assert len(written) == 2 and all(d.isdigit() for d in written), written
+    assert not set(written) & set(gpu[p["spec"]["nodeName"]])
+
+
 def test_every_fault_is_shown_here() -> None:
     source = open(__file__).read()
     assert [name for name in FAULTS if f'"{name}"' not in source] == []
