@@ -202,7 +202,13 @@ def test_trust_fitting_pod_devices(cluster: Pods, sandbox: Sandbox) -> None:
 def test_ignore_node_ready(cluster: Pods, sandbox: Sandbox) -> None:
     pods = under(cluster, "ignore-node-ready")
     with node_condition(sandbox.core_v1(), "gpu-a-1", "gpu-fractioning.nvidia.com/Ready", "False"):
-        pods.create("p", {"gpu-fraction": "0.5"})
+        # Pinned to the not-ready node: the Pod is bound there while its condition is False, whenever
+        # the scheduler's watch delivers the change. Unpinned, the fault's preference for not-ready
+        # nodes raced that delivery: a scheduler still seeing True bound it to gpu-a-0 by name (CI,
+        # with 34 fault schedulers watching the same Nodes).
+        pods.create(
+            "p", {"gpu-fraction": "0.5"}, spec={"nodeSelector": {"kubernetes.io/hostname": "gpu-a-1"}}
+        )
         assert pods.bound("p")["spec"]["nodeName"] == "gpu-a-1"
 
 
